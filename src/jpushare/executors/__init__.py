@@ -1,0 +1,1 @@
+"""Executors: the only code that starts, watches and stops jobs (local processes, Slurm)."""

@@ -1,0 +1,119 @@
+"""The executor interface every backend implements (local processes, Slurm, test fakes).
+
+The dispatcher talks to the cluster only through this protocol. Implementations do I/O;
+the dataclasses here are plain values. Times are UNIX seconds (float, UTC).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class NodeState(StrEnum):
+    """A node's state as the policy needs it (Slurm's words)."""
+
+    UP = "up"  # idle, mixed, allocated: schedulable
+    DOWN = "down"  # down, not responding, fail: not schedulable (R5)
+    DRAIN = "drain"  # drained or draining: not schedulable (R5)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGroup:
+    """GPUs of one model on one node, as the executor sees them: one placement's raw facts.
+
+    `used` counts every GPU a job holds, JPU-Share's or not (SPEC: foreign jobs are busy).
+    """
+
+    node: str
+    gpu_type: str  # GRES type / model name; mapped to a tier by name
+    total: int
+    used: int
+    state: NodeState
+    partitions: tuple[str, ...] = ()
+
+
+class RunState(StrEnum):
+    """Where an executor's job stands."""
+
+    PENDING = "PENDING"  # accepted, not started (sbatch accepted, Slurm has not started it)
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"  # exit 0
+    FAILED = "FAILED"  # non-zero exit, refused, or lost
+    CANCELLED = "CANCELLED"
+    OOM = "OOM"  # CUDA or host out of memory: SPEC §5 escalation
+    NODE_FAIL = "NODE_FAIL"  # the node died under it: back to the queue, no escalation
+    TIMEOUT = "TIMEOUT"
+
+    @property
+    def ended(self) -> bool:
+        return self not in (RunState.PENDING, RunState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What the dispatcher asks an executor to start."""
+
+    job_id: str  # JPU-Share's job id; the executor attaches it so a restart can find the job
+    attempt: int  # 1, 2, … (OOM retries); with job_id it names the run uniquely
+    name: str
+    command: str  # run with bash
+    node: str
+    gpu_type: str
+    num_gpus: int
+    partition: str | None = None
+    user: str | None = None
+    time_limit_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run as the executor sees it now."""
+
+    job_id: str
+    attempt: int
+    executor_id: str  # Slurm job id, or the local process group id
+    state: RunState
+    node: str | None = None
+    started_at: float | None = None  # when it really started (run cost is charged from here)
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None  # a sentence for people (e.g. Slurm's Reason, "CUDA out of memory")
+
+
+class SubmitRefused(Exception):
+    """The backend refused the job (e.g. sbatch error); the message says why, for the user."""
+
+
+class Executor(Protocol):
+    """What the dispatcher needs from a backend. All methods may block briefly (subprocess)."""
+
+    def inventory(self) -> list[GpuGroup]:
+        """Every GPU group with total and used GPUs and its node's state."""
+        ...
+
+    def submit(self, spec: LaunchSpec) -> str:
+        """Start the run pinned to spec.node / spec.gpu_type; return the executor id.
+
+        Idempotent by (job_id, attempt): if that run already exists (a dispatcher crashed
+        after submitting), return its id instead of starting a second one.
+        Raises SubmitRefused if the backend refuses it.
+        """
+        ...
+
+    def runs(self) -> list[RunInfo]:
+        """Every run this executor started that it still knows about, ended ones included."""
+        ...
+
+    def find(self, job_id: str, attempt: int) -> RunInfo | None:
+        """The run for (job_id, attempt), if the backend has it."""
+        ...
+
+    def cancel(self, executor_id: str) -> None:
+        """Stop the run (whole process group / scancel). Idempotent."""
+        ...
+
+    def log(self, job_id: str, attempt: int) -> str:
+        """The run's output so far ('' if none)."""
+        ...

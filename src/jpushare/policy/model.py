@@ -1,0 +1,212 @@
+"""The policy's vocabulary: snapshot in (tiers, placements, queue, now), decisions out.
+
+No I/O and no clock here: every value is passed in. Times are seconds (float) on one clock
+chosen by the caller (the simulator's clock, or UNIX time in the service). Usage and costs
+are TFLOP-seconds (GPU count x seconds x tier TFLOPS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A GPU model class (SPEC §1, `gpu_tiers`)."""
+
+    name: str
+    tflops: float
+    sort_order: int  # higher = stronger
+    max_gpus: int = 8  # the most GPUs one job may take on this tier
+    auto_assign: bool = True  # the dispatcher may place jobs here
+    partition: str | None = None  # the Slurm partition of the tier
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """All GPUs of one node and one tier (SPEC §1): key `(node, tier)`.
+
+    `capacity` is the number of GPUs in the inventory (static: it decides *fit*).
+    `busy` is how many of them research jobs use right now in Slurm's view, JPU-Share's
+    and foreign ones alike (LLM backfill does not count: it yields on demand).
+    `schedulable` is False when the node is down or drained: then it has no idle GPU and
+    can hold no reservation (R5), but keeps its capacity.
+    """
+
+    node: str
+    tier: str
+    capacity: int
+    busy: int = 0
+    schedulable: bool = True
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.node, self.tier)
+
+    @property
+    def free(self) -> int:
+        """GPUs no research job uses (reservations not yet subtracted)."""
+        if not self.schedulable:
+            return 0
+        return max(0, self.capacity - self.busy)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The GPUs a queued job holds on one placement while it waits for the rest (R1)."""
+
+    node: str
+    tier: str
+    gpus: int
+    since: float  # when the reservation started
+    last_accrued_at: float  # its cost is accrued into the job up to here (SPEC §4)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job in GLOBAL_QUEUE_WAIT."""
+
+    job_id: str
+    lab: str
+    num_gpus: int
+    min_sort_order: int  # minimum_tier_sort_order: fit needs tier.sort_order >= this
+    queue_entered_at: float
+    reservation: Reservation | None = None
+    time_limit_s: float | None = None  # user's runtime estimate (used by `backfill` only)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job that holds GPUs now. Only the `backfill` peer policy reads these."""
+
+    job_id: str
+    node: str
+    tier: str
+    num_gpus: int
+    started_at: float
+    time_limit_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one dispatch cycle may look at; it does not change while the cycle decides."""
+
+    tiers: tuple[Tier, ...]
+    placements: tuple[Placement, ...]
+    queue: tuple[QueuedJob, ...]  # any order: the policy sorts it
+    lab_usage: dict[str, float]  # lab -> cumulative usage, TFLOP-seconds; missing = 0
+    now: float
+    running: tuple[RunningJob, ...] = ()
+
+
+class ReleaseReason(StrEnum):
+    """Why a reservation ended (SPEC §3)."""
+
+    FILLED = "filled"  # the job dispatched on its own reserved placement
+    SWAP = "swap"  # the job dispatched on another placement first (STEP 8)
+    R3 = "r3"  # the job is no longer the top job
+    R5 = "r5"  # the placement is down, drained, gone, shrunk below the job, or taken
+    CANCEL = "cancel"  # the user cancelled the job (the shell emits this, not `decide`)
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Start `job_id` on `num_gpus` GPUs of placement (node, tier)."""
+
+    job_id: str
+    node: str
+    tier: str
+    num_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartReservation:
+    job_id: str
+    node: str
+    tier: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbsorbReservation:
+    """The reservation grows by `added` idle GPUs of its own placement, to `total`."""
+
+    job_id: str
+    node: str
+    tier: str
+    added: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseReservation:
+    job_id: str
+    node: str
+    tier: str
+    gpus: int
+    reason: ReleaseReason
+
+
+@dataclass(frozen=True, slots=True)
+class AccrueReservation:
+    """Reservation cost since `last_accrued_at`, into the job (not the lab): SPEC §4."""
+
+    job_id: str
+    tflop_s: float
+    accrued_to: float
+
+
+Action = Dispatch | StartReservation | AbsorbReservation | ReleaseReservation
+
+
+class WhyCode(StrEnum):
+    """Every answer to "why isn't my job running?" (SPEC §8)."""
+
+    RESERVING = "RESERVING"  # top job, holds r of n GPUs, waits for the rest
+    WAITING_FOR_GPUS = "WAITING_FOR_GPUS"  # no fit placement has enough idle GPUs
+    BEHIND_RESERVATION = "BEHIND_RESERVATION"  # it would fit, but the GPUs are reserved
+    WAITING_FOR_PRIORITY = "WAITING_FOR_PRIORITY"  # multi-GPU, not top: may not reserve (R2)
+    NO_SCHEDULABLE_PLACEMENT = "NO_SCHEDULABLE_PLACEMENT"  # every fit placement down/drained
+    NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # nothing in the inventory can hold it any more
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """One queued job's answer, as data; `sentence` renders it for a person."""
+
+    job_id: str
+    code: WhyCode
+    rank: int  # 0 = top job
+    queue_length: int
+    top_job_id: str
+    num_gpus: int
+    fit_placements: int  # how many placements fit the job (static)
+    schedulable_fit_placements: int
+    best_idle: int  # the most idle GPUs on one fit placement after this cycle's decisions
+    reservation: Reservation | None = None  # the job's own
+    blocking_job_id: str | None = None  # whose reservation holds GPUs it could use
+    blocking_reservation: Reservation | None = None
+
+    @property
+    def sentence(self) -> str:
+        from jpushare.policy.why import render
+
+        return render(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """One cycle's output. `actions` is in the order the cycle took them."""
+
+    now: float
+    order: tuple[str, ...]  # the queue in rank order, job ids
+    actions: tuple[Action, ...]
+    accruals: tuple[AccrueReservation, ...] = ()
+    why: dict[str, Why] = field(default_factory=dict)  # every job still queued after the cycle
+
+    def dispatches(self) -> list[Dispatch]:
+        return [a for a in self.actions if isinstance(a, Dispatch)]
+
+    def releases(self) -> list[ReleaseReservation]:
+        return [a for a in self.actions if isinstance(a, ReleaseReservation)]
