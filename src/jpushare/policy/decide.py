@@ -179,9 +179,13 @@ def decide(snapshot: Snapshot) -> Decisions:
             or not fits(job.num_gpus, job.min_sort_order, tier, p.capacity)
             or p.free < res.gpus  # reserved GPUs taken by jobs outside JPU-Share
         ):
-            actions.append(ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R5))
+            actions.append(
+                ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R5)
+            )
         elif job.job_id != top_id:
-            actions.append(ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R3))
+            actions.append(
+                ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R3)
+            )
         else:
             kept[job.job_id] = res
 
@@ -200,7 +204,8 @@ def decide(snapshot: Snapshot) -> Decisions:
         c = fit_counts.get((n, m))
         if c is None:
             fit = [
-                p for p in placements
+                p
+                for p in placements
                 if (t := tiers.get(p.tier)) is not None and fits(n, m, t, p.capacity)
             ]
             c = (len(fit), sum(1 for p in fit if p.schedulable))
@@ -284,7 +289,9 @@ def decide(snapshot: Snapshot) -> Decisions:
                 if total >= n:
                     actions.append(Dispatch(job.job_id, res.node, res.tier, n))
                     actions.append(
-                        ReleaseReservation(job.job_id, res.node, res.tier, total, ReleaseReason.FILLED)
+                        ReleaseReservation(
+                            job.job_id, res.node, res.tier, total, ReleaseReason.FILLED
+                        )
                     )
                     blocking = None
                     continue
@@ -305,7 +312,9 @@ def decide(snapshot: Snapshot) -> Decisions:
         # (d) wait.
         why[job.job_id] = explain(i, job, miss_cache[cls][1], None)
 
-    return Decisions(now=now, order=order, actions=tuple(actions), accruals=tuple(accruals), why=why)
+    return Decisions(
+        now=now, order=order, actions=tuple(actions), accruals=tuple(accruals), why=why
+    )
 
 
 def _first_reservable(
@@ -316,7 +325,11 @@ def _first_reservable(
     best_key: tuple[int, int, str, str] | None = None
     for p in placements:
         t = tiers.get(p.tier)
-        if t is None or idle[p.key] <= 0 or not fits(job.num_gpus, job.min_sort_order, t, p.capacity):
+        if (
+            t is None
+            or idle[p.key] <= 0
+            or not fits(job.num_gpus, job.min_sort_order, t, p.capacity)
+        ):
             continue
         k = (-t.sort_order, -idle[p.key], p.node, p.tier)
         if best_key is None or k < best_key:
