@@ -29,9 +29,8 @@ from jpushare.policy.model import (
     Snapshot,
     StartReservation,
     Tier,
-    Why,
-    WhyCode,
 )
+from jpushare.policy.why import ClassView, WhyTable
 
 Key = tuple[str, str]  # (node, tier)
 
@@ -193,14 +192,14 @@ def decide(snapshot: Snapshot) -> Decisions:
     for res in kept.values():
         index.add((res.node, res.tier), -res.gpus)
 
-    # Static fit counts per (size, minimum) class, and cached "nothing available" answers.
+    # What every waiting job of one (size, minimum tier) class sees, cached per generation
+    # of the idle index: most queued jobs reuse it, which keeps a cycle linear and cheap.
     fit_counts: dict[tuple[int, int], tuple[int, int]] = {}
-    miss_cache: dict[tuple[int, int], tuple[int, int]] = {}  # class -> (generation, best_idle)
-    blocking = next(iter(kept.items()), None)
-    why: dict[str, Why] = {}
-    qlen = len(queue)
+    views: dict[tuple[int, int], ClassView] = {}
+    blocking: tuple[str, Reservation] | None = next(iter(kept.items()), None)
+    raw: dict[str, tuple[int, int, ClassView, Reservation | None]] = {}
 
-    def counts(n: int, m: int) -> tuple[int, int]:
+    def view(n: int, m: int) -> ClassView:
         c = fit_counts.get((n, m))
         if c is None:
             fit = [
@@ -210,58 +209,35 @@ def decide(snapshot: Snapshot) -> Decisions:
             ]
             c = (len(fit), sum(1 for p in fit if p.schedulable))
             fit_counts[(n, m)] = c
-        return c
-
-    def explain(i: int, job: QueuedJob, best_idle: int, res: Reservation | None) -> Why:
-        n, m = job.num_gpus, job.min_sort_order
-        fit_n, sched_n = counts(n, m)
-        blocker_id: str | None = None
-        blocker: Reservation | None = None
-        if fit_n == 0:
-            code = WhyCode.NO_FIT_PLACEMENT
-        elif sched_n == 0:
-            code = WhyCode.NO_SCHEDULABLE_PLACEMENT
-        elif res is not None:
-            code = WhyCode.RESERVING
-        else:
-            code = WhyCode.WAITING_FOR_PRIORITY if (i > 0 and n >= 2) else WhyCode.WAITING_FOR_GPUS
-            if blocking is not None and blocking[0] != job.job_id:
-                bres = blocking[1]
-                bkey = (bres.node, bres.tier)
-                bp = by_key.get(bkey)
-                bt = tiers.get(bres.tier)
-                if (
-                    bp is not None
-                    and bt is not None
-                    and fits(n, m, bt, bp.capacity)
-                    and index.idle[bkey] + bres.gpus >= n
-                ):
-                    code = WhyCode.BEHIND_RESERVATION
-                    blocker_id, blocker = blocking
-        return Why(
-            job_id=job.job_id,
-            code=code,
-            rank=i,
-            queue_length=qlen,
-            top_job_id=top_id,
-            num_gpus=n,
-            fit_placements=fit_n,
-            schedulable_fit_placements=sched_n,
-            best_idle=best_idle,
-            reservation=res,
-            blocking_job_id=blocker_id,
-            blocking_reservation=blocker,
-        )
+        blocker: tuple[str, Reservation] | None = None
+        if blocking is not None:
+            bres = blocking[1]
+            bkey = (bres.node, bres.tier)
+            bp, bt = by_key.get(bkey), tiers.get(bres.tier)
+            if (
+                bp is not None
+                and bt is not None
+                and fits(n, m, bt, bp.capacity)
+                and index.idle[bkey] + bres.gpus >= n
+            ):
+                blocker = blocking
+        v = ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
+        views[(n, m)] = v
+        return v
 
     # 4. Walk the whole queue.
     for i, job in enumerate(queue):
         n, m = job.num_gpus, job.min_sort_order
-        res = kept.get(job.job_id)
         cls = (n, m)
-        cached = miss_cache.get(cls)
-        found: tuple[int, Key] | None = None
-        if cached is None or cached[0] != index.generation:
-            found = index.best(n, m)
+        cached = views.get(cls)
+        fresh = cached is not None and cached.generation == index.generation
+        res = kept.get(job.job_id)
+        if fresh and res is None and i > 0:
+            # A known miss: nothing changed since a job of this class found no GPUs.
+            assert cached is not None
+            raw[job.job_id] = (i, n, cached, None)
+            continue
+        found = None if fresh else index.best(n, m)
         if found is not None:
             # (a) some fit placement has enough idle GPUs: dispatch there.
             _, key = found
@@ -274,9 +250,6 @@ def decide(snapshot: Snapshot) -> Decisions:
                 index.add(rkey, res.gpus)
                 blocking = None
             continue
-        if cached is None or cached[0] != index.generation:
-            cached = (index.generation, index.best_idle(n, m))
-            miss_cache[cls] = cached
         if res is not None:
             # (b) grow the reservation with idle GPUs of its own placement.
             rkey = (res.node, res.tier)
@@ -296,22 +269,19 @@ def decide(snapshot: Snapshot) -> Decisions:
                     blocking = None
                     continue
                 blocking = (job.job_id, res)
-            why[job.job_id] = explain(i, job, miss_cache[cls][1], res)
-            continue
-        if i == 0 and n >= 2:
+        elif i == 0 and n >= 2:
             # (c) the top multi-GPU job reserves every idle GPU of the first fit placement.
             pick = _first_reservable(job, placements, tiers, index.idle)
             if pick is not None:
                 gpus = index.idle[pick.key]
                 actions.append(StartReservation(job.job_id, pick.node, pick.tier, gpus))
                 index.set(pick.key, 0)
-                new = Reservation(pick.node, pick.tier, gpus, now, now)
-                blocking = (job.job_id, new)
-                why[job.job_id] = explain(i, job, index.best_idle(n, m), new)
-                continue
-        # (d) wait.
-        why[job.job_id] = explain(i, job, miss_cache[cls][1], None)
+                res = Reservation(pick.node, pick.tier, gpus, now, now)
+                blocking = (job.job_id, res)
+        # (d) wait; say why.
+        raw[job.job_id] = (i, n, view(n, m), res)
 
+    why = WhyTable(raw, len(queue), top_id)
     return Decisions(
         now=now, order=order, actions=tuple(actions), accruals=tuple(accruals), why=why
     )

@@ -7,6 +7,7 @@ are TFLOP-seconds (GPU count x seconds x tier TFLOPS).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -203,7 +204,7 @@ class Decisions:
     order: tuple[str, ...]  # the queue in rank order, job ids
     actions: tuple[Action, ...]
     accruals: tuple[AccrueReservation, ...] = ()
-    why: dict[str, Why] = field(default_factory=dict)  # every job still queued after the cycle
+    why: Mapping[str, Why] = field(default_factory=dict)  # every job still queued after the cycle
 
     def dispatches(self) -> list[Dispatch]:
         return [a for a in self.actions if isinstance(a, Dispatch)]

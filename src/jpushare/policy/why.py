@@ -1,8 +1,86 @@
-"""Human sentences for "why isn't my job running?" (SPEC §8). No I/O."""
+""" "Why isn't my job running?" (SPEC §8): the answers as data, and their sentences. No I/O.
+
+`decide` records, for each waiting job, only its rank and a view shared by every job of
+the same (size, minimum tier) class; `WhyTable` builds the `Why` of a job when asked, so
+a cycle over 10^5 jobs does not build 10^5 answers nobody reads.
+"""
 
 from __future__ import annotations
 
-from jpushare.policy.model import Why, WhyCode
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+from jpushare.policy.model import Reservation, Why, WhyCode
+
+
+class ClassView(NamedTuple):
+    """What a waiting job of one (num_gpus, minimum tier) class sees during a cycle."""
+
+    generation: int  # the idle index's generation it was computed at
+    best_idle: int  # the most idle GPUs on one fit placement
+    fit_placements: int
+    schedulable_fit_placements: int
+    blocker: tuple[str, Reservation] | None  # the top job's reservation, if it holds GPUs
+    # this class could otherwise use
+
+
+def classify(rank: int, num_gpus: int, view: ClassView, reservation: Reservation | None) -> WhyCode:
+    """The reason code; the first matching case wins."""
+    if view.fit_placements == 0:
+        return WhyCode.NO_FIT_PLACEMENT
+    if view.schedulable_fit_placements == 0:
+        return WhyCode.NO_SCHEDULABLE_PLACEMENT
+    if reservation is not None:
+        return WhyCode.RESERVING
+    if view.blocker is not None:
+        return WhyCode.BEHIND_RESERVATION
+    if rank > 0 and num_gpus >= 2:
+        return WhyCode.WAITING_FOR_PRIORITY
+    return WhyCode.WAITING_FOR_GPUS
+
+
+class WhyTable(Mapping[str, Why]):
+    """job id -> Why for every job still queued after a cycle; answers are built on access."""
+
+    __slots__ = ("_queue_length", "_raw", "_top_job_id")
+
+    def __init__(
+        self,
+        raw: dict[str, tuple[int, int, ClassView, Reservation | None]],
+        queue_length: int,
+        top_job_id: str,
+    ) -> None:
+        self._raw = raw
+        self._queue_length = queue_length
+        self._top_job_id = top_job_id
+
+    def __getitem__(self, job_id: str) -> Why:
+        rank, num_gpus, view, reservation = self._raw[job_id]
+        code = classify(rank, num_gpus, view, reservation)
+        blocker = view.blocker if code is WhyCode.BEHIND_RESERVATION else None
+        return Why(
+            job_id=job_id,
+            code=code,
+            rank=rank,
+            queue_length=self._queue_length,
+            top_job_id=self._top_job_id,
+            num_gpus=num_gpus,
+            fit_placements=view.fit_placements,
+            schedulable_fit_placements=view.schedulable_fit_placements,
+            best_idle=view.best_idle,
+            reservation=reservation,
+            blocking_job_id=blocker[0] if blocker else None,
+            blocking_reservation=blocker[1] if blocker else None,
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._raw
 
 
 def _gpus(n: int) -> str:
@@ -37,7 +115,7 @@ def render(why: Why) -> str:
         assert res is not None
         return (
             f"It is {rank}; the idle GPUs it could use are reserved by the top job "
-            f"{why.blocking_job_id} ({res.gpus} GPUs on {res.node}, {res.tier}), which no "
+            f"{why.blocking_job_id} ({_gpus(res.gpus)} on {res.node}, {res.tier}), which no "
             "lower-ranked job may take (R4)."
         )
     if why.code is WhyCode.WAITING_FOR_PRIORITY:
