@@ -1,0 +1,1 @@
+"""The dispatcher: every cycle observe -> snapshot -> decide -> record -> act -> confirm."""
