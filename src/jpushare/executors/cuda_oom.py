@@ -1,0 +1,30 @@
+"""Recognising a CUDA out-of-memory in a job's output (SPEC §5 escalation), for every executor.
+
+Pure: text in, the matching line out. Executors read the tail of a run's log and pass it
+here; a run that ended non-zero with such a line is an OOM, not a plain failure.
+"""
+
+from __future__ import annotations
+
+import re
+
+# PyTorch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …" (2.5+),
+# "torch.cuda.OutOfMemoryError: …" (1.13–2.4), "RuntimeError: CUDA out of memory." (older);
+# the CUDA runtime itself: "CUDA error: out of memory"; TensorFlow/XLA: "RESOURCE_EXHAUSTED:
+# Out of memory while trying to allocate".
+CUDA_OOM_PATTERN = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+    r"|RESOURCE_EXHAUSTED: Out of memory",
+)
+
+# How much of a log's end executors scan: the traceback of an OOM is at the end.
+OOM_SCAN_BYTES = 1 << 20
+
+
+def find_cuda_oom(output: str) -> str | None:
+    """The last line of `output` that reports a CUDA out-of-memory, stripped; else None."""
+    found: str | None = None
+    for line in output.splitlines():
+        if CUDA_OOM_PATTERN.search(line):
+            found = line.strip()
+    return found

@@ -1,0 +1,574 @@
+"""The local executor: every job is a bash process group on this one workstation.
+
+For labs whose cluster is one GPU machine, and for running the service without Slurm. A run
+gets the lowest free GPU indices of its placement in CUDA_VISIBLE_DEVICES (with
+CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are NVML's and nvidia-smi's indices), plus
+JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME and JPUSHARE_NODE. The service's own
+JPUSHARE_* variables (database URL …) are not passed on. Every job runs as the service's
+user: `LaunchSpec.user` is recorded, not switched to.
+
+Nothing about a run lives only in memory, so a restarted service (or a second executor
+instance over the same state directory) finds every run again. Layout of `state_dir/runs/`,
+one set of files per run, named by its key `<job id, %-quoted>.<attempt>`, which is also its
+executor id:
+
+- `<key>.json`: the record — the launch spec, the GPU indices it holds, its process group
+  and its leader's start time, a stop request, and the outcome once it ended. Written
+  atomically (temporary file, fsync, rename) before the process starts, so a crash between
+  accepting and starting cannot hide a run from the next `submit` (idempotent by key).
+- `<key>.pid`: written by the run's bash wrapper as soon as it starts: its pid, which is the
+  process group id. Its mtime is the run's `started_at`.
+- `<key>.exit`: written by the wrapper when the command ends: the exit code. Its mtime is
+  `ended_at`. The wrapper traps TERM/INT/HUP, so it survives a cancel's SIGTERM long enough
+  to write the code; any executor instance can read it, parent or not.
+- `<key>.log`: the job's stdout and stderr.
+
+`state_dir/lock` is flock-ed around every submit, cancel and observation, so two processes
+never start one run twice or hand one GPU to two runs.
+
+How a run's state is read (`runs`, `find` and `inventory` observe; there is no thread):
+
+1. no process group yet: PENDING. A record that a crashed service accepted but never started
+   is started by the next observation or `submit` once `start_grace_s` has passed.
+2. its process group (same boot, same leader: see `process_groups`) still has a live
+   process: RUNNING. If the command already wrote its exit code, the stragglers it left in
+   the background are killed, as Slurm does at the end of a job. A cancel or an exceeded
+   time limit sends SIGTERM to the group, then SIGKILL after `cancel_grace_s`.
+3. the group is gone: CANCELLED or TIMEOUT when we stopped it; else by exit code — 0
+   COMPLETED; non-zero OOM when the log's tail reports a CUDA out-of-memory (SPEC §5), else
+   FAILED; no exit code at all FAILED (killed from outside), or NODE_FAIL when the machine
+   rebooted under it. The outcome is written into the record and never changes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from jpushare.executors.base import (
+    GpuGroup,
+    LaunchSpec,
+    NodeState,
+    RunInfo,
+    RunState,
+    SubmitRefused,
+)
+from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
+from jpushare.executors.gpus import DeclaredGpus, LocalGpu, discover_gpus
+from jpushare.executors.process_groups import (
+    boot_id,
+    group_alive,
+    live_groups,
+    signal_group,
+    start_ticks,
+)
+
+log = logging.getLogger(__name__)
+
+# $1: the run's file prefix; $2: the job's command. The trap keeps the wrapper alive through
+# a SIGTERM to the group until the command has ended, so the exit code is always written
+# (a SIGKILL cannot be trapped: then there is no .exit file and the record's stop says why).
+# A trap with a handler, unlike an ignored signal, is not inherited by the command.
+_WRAPPER = r"""
+run="$1"
+printf '%s\n' "$$" > "$run.pid.tmp" && mv -f -- "$run.pid.tmp" "$run.pid"
+trap 'stopping=1' TERM INT HUP
+bash -c "$2"
+code=$?
+printf '%s\n' "$code" > "$run.exit.tmp" && mv -f -- "$run.exit.tmp" "$run.exit"
+exit "$code"
+"""
+
+LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB
+_KEY = re.compile(r"^[A-Za-z0-9%._~-]*\.\d+$")
+_RECORD_VERSION = 1
+
+
+@dataclass(slots=True)
+class _Record:
+    """What `<key>.json` holds: one run, from acceptance to outcome."""
+
+    job_id: str
+    attempt: int
+    name: str
+    command: str
+    node: str
+    gpu_type: str
+    gpu_indices: list[int]
+    created_at: float
+    boot_id: str | None
+    user: str | None = None
+    time_limit_s: float | None = None
+    pgid: int | None = None
+    leader_start_ticks: int | None = None
+    started_at: float | None = None
+    stop_reason: str | None = None  # "cancel" | "timeout"
+    stop_requested_at: float | None = None
+    killed_at: float | None = None  # when SIGKILL followed the SIGTERM
+    state: str | None = None  # the final RunState, once ended
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    version: int = field(default=_RECORD_VERSION)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> _Record:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def run_key(job_id: str, attempt: int) -> str:
+    """The run's key and executor id: the job id %-quoted (no '/'), a dot, the attempt."""
+    return f"{quote(job_id, safe='')}.{attempt}"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None  # absent, or being replaced this instant
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _signal_reason(exit_code: int) -> str:
+    if exit_code > 128:
+        try:
+            name = signal.Signals(exit_code - 128).name
+        except ValueError:
+            name = f"signal {exit_code - 128}"
+        if name == "SIGKILL":
+            return f"killed by SIGKILL (exit code {exit_code}; perhaps the out-of-memory killer)"
+        return f"killed by {name} (exit code {exit_code})"
+    return f"exited with code {exit_code}"
+
+
+class LocalExecutor:
+    """Runs jobs as process groups on this machine; see the module docstring.
+
+    `gpus` fixes the GPUs (tests); otherwise they are discovered: NVML, else nvidia-smi,
+    else `declared` (the cluster file's (node, gpu_type, count) entries). Real GPUs belong
+    to `node` (default: this machine's hostname); declared ones keep their own nodes.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        *,
+        declared: Iterable[DeclaredGpus | tuple[str, str, int]] = (),
+        gpus: Iterable[LocalGpu] | None = None,
+        node: str | None = None,
+        cancel_grace_s: float = 10.0,
+        start_grace_s: float = 5.0,
+        workdir: Path | str | None = None,
+        base_env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node or socket.gethostname()
+        if gpus is None:
+            found = discover_gpus(self.node, declared)
+            self.gpus: tuple[LocalGpu, ...] = found.gpus
+            self.gpu_source: str = found.source
+        else:
+            self.gpus = tuple(gpus)
+            self.gpu_source = "given"
+        seen: set[tuple[str, int]] = set()
+        for g in self.gpus:
+            if (g.node, g.index) in seen:
+                raise ValueError(f"GPU index {g.index} appears twice on node {g.node}")
+            seen.add((g.node, g.index))
+        log.info(
+            "local executor: %d GPUs from %s: %s",
+            len(self.gpus),
+            self.gpu_source,
+            ", ".join(f"{g.node}:{g.index}={g.gpu_type}" for g in self.gpus) or "none",
+        )
+        self.state_dir = Path(state_dir)
+        self.runs_dir = self.state_dir / "runs"
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.cancel_grace_s = cancel_grace_s
+        self.start_grace_s = start_grace_s
+        self.workdir = Path(workdir) if workdir is not None else None
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._clock = clock
+        self._boot_id = boot_id()
+        self._mutex = threading.RLock()
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._final: dict[str, RunInfo] = {}  # ended runs never change: no re-read
+
+    # --- the Executor protocol -----------------------------------------------------------
+
+    def inventory(self) -> list[GpuGroup]:
+        """Every (node, gpu_type) group; `used` = GPUs held by runs that have not ended."""
+        with self._locked():
+            self._observe_all()
+            held = self._held()
+        totals: dict[tuple[str, str], int] = {}
+        used: dict[tuple[str, str], int] = {}
+        for g in self.gpus:
+            k = (g.node, g.gpu_type)
+            totals[k] = totals.get(k, 0) + 1
+            used[k] = used.get(k, 0) + ((g.node, g.index) in held)
+        return [
+            GpuGroup(node, gpu_type, total, used[(node, gpu_type)], NodeState.UP)
+            for (node, gpu_type), total in sorted(totals.items())
+        ]
+
+    def submit(self, spec: LaunchSpec) -> str:
+        """Start the run on free GPUs of (spec.node, spec.gpu_type); idempotent by key.
+
+        Refused (SubmitRefused) for a placement this machine does not have, fewer free GPUs
+        than asked (the local executor does not queue), or a command that cannot start.
+        """
+        key = run_key(spec.job_id, spec.attempt)
+        with self._locked():
+            existing = self._load(key)
+            if existing is not None:
+                self._settle(existing, live_groups(), self._clock())
+                return key
+            group = [g for g in self.gpus if g.node == spec.node and g.gpu_type == spec.gpu_type]
+            if not group:
+                raise SubmitRefused(
+                    f"this machine has no {spec.gpu_type} GPUs on node {spec.node!r} "
+                    f"(it has: {self._describe_groups()})"
+                )
+            if spec.num_gpus < 1:
+                raise SubmitRefused(f"num_gpus must be at least 1, not {spec.num_gpus}")
+            held = self._held()
+            free = [g.index for g in group if (g.node, g.index) not in held]
+            if len(free) < spec.num_gpus:
+                raise SubmitRefused(
+                    f"{spec.num_gpus} {spec.gpu_type} GPUs asked on {spec.node}, "
+                    f"{len(free)} of {len(group)} free"
+                )
+            rec = _Record(
+                job_id=spec.job_id,
+                attempt=spec.attempt,
+                name=spec.name,
+                command=spec.command,
+                node=spec.node,
+                gpu_type=spec.gpu_type,
+                gpu_indices=free[: spec.num_gpus],
+                created_at=self._clock(),
+                boot_id=self._boot_id,
+                user=spec.user,
+                time_limit_s=spec.time_limit_s,
+            )
+            self._save(rec)  # before the process exists: a crash now is retried, not lost
+            try:
+                self._spawn(rec)
+            except OSError as exc:
+                self._paths(key)["json"].unlink(missing_ok=True)
+                raise SubmitRefused(f"could not start the job: {exc}") from exc
+            return key
+
+    def runs(self) -> list[RunInfo]:
+        with self._locked():
+            infos = self._observe_all()
+        return sorted(infos.values(), key=lambda r: (r.job_id, r.attempt))
+
+    def find(self, job_id: str, attempt: int) -> RunInfo | None:
+        key = run_key(job_id, attempt)
+        with self._locked():
+            rec = self._load(key)
+            return None if rec is None else self._settle(rec, live_groups(), self._clock())
+
+    def cancel(self, executor_id: str) -> None:
+        """SIGTERM the run's process group now, SIGKILL after `cancel_grace_s`. Idempotent."""
+        if not _KEY.match(executor_id):
+            log.warning("cancel: %r is not a local executor id", executor_id)
+            return
+        with self._locked():
+            rec = self._load(executor_id)
+            if rec is None or rec.state is not None or rec.stop_reason is not None:
+                return
+            if self._paths(executor_id)["exit"].exists():
+                return  # it already ended on its own; the next observation says how
+            self._request_stop(rec, "cancel", self._clock())
+
+    def log(self, job_id: str, attempt: int) -> str:
+        path = self._paths(run_key(job_id, attempt))["log"]
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                data = f.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        if size > LOG_TAIL_BYTES:
+            text = f"[… {size - LOG_TAIL_BYTES} earlier bytes not shown]\n" + text
+        return text
+
+    # --- files and locking ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._mutex, (self.state_dir / "lock").open("a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+    def _paths(self, key: str) -> dict[str, Path]:
+        base = self.runs_dir / key
+        return {ext: base.with_name(f"{key}.{ext}") for ext in ("json", "log", "pid", "exit")} | {
+            "prefix": base
+        }
+
+    def _load(self, key: str) -> _Record | None:
+        try:
+            data = json.loads(self._paths(key)["json"].read_text())
+        except FileNotFoundError:
+            return None
+        return _Record.from_json(data)
+
+    def _save(self, rec: _Record) -> None:
+        path = self._paths(run_key(rec.job_id, rec.attempt))["json"]
+        _write_atomic(path, json.dumps(asdict(rec), indent=1, sort_keys=True).encode())
+
+    def _keys(self) -> list[str]:
+        return sorted(p.name[: -len(".json")] for p in self.runs_dir.glob("*.json"))
+
+    def _describe_groups(self) -> str:
+        names = sorted({f"{g.gpu_type} on {g.node}" for g in self.gpus})
+        return ", ".join(names) or "no GPUs"
+
+    def _held(self) -> set[tuple[str, int]]:
+        """(node, GPU index) of every run that has not ended, started or not."""
+        held: set[tuple[str, int]] = set()
+        for key in self._keys():
+            if key in self._final:
+                continue
+            rec = self._load(key)
+            if rec is not None and rec.state is None:
+                held.update((rec.node, i) for i in rec.gpu_indices)
+        return held
+
+    # --- starting, stopping, observing ---------------------------------------------------
+
+    def _spawn(self, rec: _Record) -> None:
+        key = run_key(rec.job_id, rec.attempt)
+        paths = self._paths(key)
+        env = {k: v for k, v in self._base_env.items() if not k.startswith("JPUSHARE_")}
+        env.update(
+            CUDA_VISIBLE_DEVICES=",".join(str(i) for i in rec.gpu_indices),
+            CUDA_DEVICE_ORDER="PCI_BUS_ID",
+            JPUSHARE_JOB_ID=rec.job_id,
+            JPUSHARE_ATTEMPT=str(rec.attempt),
+            JPUSHARE_JOB_NAME=rec.name,
+            JPUSHARE_NODE=rec.node,
+        )
+        with paths["log"].open("ab") as out:
+            proc = subprocess.Popen(
+                ["bash", "-c", _WRAPPER, "jpushare-run", str(paths["prefix"]), rec.command],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.workdir,
+                start_new_session=True,  # its own session and process group: pgid == pid
+            )
+        self._children[key] = proc
+        rec.pgid = proc.pid
+        rec.leader_start_ticks = start_ticks(proc.pid)
+        self._save(rec)
+        log.info("started %s (pgid %d) on %s GPUs %s", key, proc.pid, rec.node, rec.gpu_indices)
+
+    def _request_stop(self, rec: _Record, reason: str, now: float) -> None:
+        rec.stop_reason = reason
+        rec.stop_requested_at = now
+        self._save(rec)
+        if rec.pgid is not None and self._alive(rec, live_groups()):
+            signal_group(rec.pgid, signal.SIGTERM)
+        key = run_key(rec.job_id, rec.attempt)
+        timer = threading.Timer(self.cancel_grace_s, self._escalate, args=(key,))
+        timer.daemon = True
+        timer.start()
+
+    def _escalate(self, key: str) -> None:
+        """Timer: observe the run once its grace is over, which SIGKILLs it if still alive."""
+        try:
+            self.find(*self._parse_key(key))
+        except Exception:  # a timer thread has nobody to raise to
+            log.exception("escalating the stop of %s failed", key)
+
+    @staticmethod
+    def _parse_key(key: str) -> tuple[str, int]:
+        quoted, _, attempt = key.rpartition(".")
+        return unquote(quoted), int(attempt)
+
+    def _alive(self, rec: _Record, live: set[int] | None) -> bool:
+        if rec.pgid is None:
+            return False
+        if rec.boot_id is not None and self._boot_id is not None and rec.boot_id != self._boot_id:
+            return False  # pids of an earlier boot mean nothing now
+        return group_alive(rec.pgid, rec.leader_start_ticks, live)
+
+    def _observe_all(self) -> dict[str, RunInfo]:
+        live = live_groups()
+        now = self._clock()
+        out: dict[str, RunInfo] = {}
+        for key in self._keys():
+            cached = self._final.get(key)
+            if cached is not None:
+                out[key] = cached
+                continue
+            rec = self._load(key)
+            if rec is not None:
+                out[key] = self._settle(rec, live, now)
+        return out
+
+    def _settle(self, rec: _Record, live: set[int] | None, now: float) -> RunInfo:
+        """Bring the record up to date with the machine (steps 1–3 of the module doc)."""
+        key = run_key(rec.job_id, rec.attempt)
+        paths = self._paths(key)
+        if rec.state is not None:
+            return self._info(rec)
+        child = self._children.get(key)
+        if child is not None and child.poll() is not None:
+            del self._children[key]  # reaped: a zombie would look alive without /proc
+        if rec.pgid is None:  # accepted; did the wrapper start before a crash hid its pid?
+            rec.pgid = _read_int(paths["pid"])
+            if rec.pgid is not None:
+                if group_alive(rec.pgid, None, live):
+                    rec.leader_start_ticks = start_ticks(rec.pgid)
+                self._save(rec)
+        if rec.pgid is None:
+            return self._settle_unstarted(rec, now)
+        if rec.started_at is None:
+            rec.started_at = _mtime(paths["pid"]) or rec.created_at
+            self._save(rec)
+        exit_code = _read_int(paths["exit"])
+        if self._alive(rec, live):
+            if exit_code is not None:
+                # The command ended; what it left running in the background goes too.
+                signal_group(rec.pgid, signal.SIGKILL)
+            elif rec.stop_reason is not None:
+                overdue = now - (rec.stop_requested_at or now) >= self.cancel_grace_s
+                if overdue and rec.killed_at is None:
+                    log.info("%s ignored SIGTERM for %.1fs: SIGKILL", key, self.cancel_grace_s)
+                    signal_group(rec.pgid, signal.SIGKILL)
+                    rec.killed_at = now
+                    self._save(rec)
+            elif rec.time_limit_s is not None and now - rec.started_at > rec.time_limit_s:
+                self._request_stop(rec, "timeout", now)
+            return self._info(rec, RunState.RUNNING)
+        return self._finish(rec, exit_code, now)
+
+    def _settle_unstarted(self, rec: _Record, now: float) -> RunInfo:
+        if rec.stop_reason is not None:
+            rec.state, rec.ended_at = RunState.CANCELLED.value, now
+            rec.reason = "cancelled before it started"
+            return self._store_final(rec)
+        if now - rec.created_at >= self.start_grace_s:
+            key = run_key(rec.job_id, rec.attempt)
+            log.warning("%s was accepted but never started (service stopped?): starting", key)
+            try:
+                self._spawn(rec)
+            except OSError as exc:
+                rec.state, rec.ended_at = RunState.FAILED.value, now
+                rec.reason = f"could not start the job: {exc}"
+                return self._store_final(rec)
+            return self._info(rec, RunState.RUNNING)
+        return self._info(rec, RunState.PENDING)
+
+    def _finish(self, rec: _Record, exit_code: int | None, now: float) -> RunInfo:
+        """The process group is gone: decide the outcome once and for all."""
+        paths = self._paths(run_key(rec.job_id, rec.attempt))
+        rec.exit_code = exit_code
+        rec.ended_at = _mtime(paths["exit"]) if exit_code is not None else None
+        rec.ended_at = rec.ended_at or now
+        rebooted = (
+            rec.boot_id is not None and self._boot_id is not None and rec.boot_id != self._boot_id
+        )
+        state: RunState
+        if rec.stop_reason == "cancel":
+            state, rec.reason = RunState.CANCELLED, "cancelled"
+        elif rec.stop_reason == "timeout":
+            state, rec.reason = RunState.TIMEOUT, f"time limit of {rec.time_limit_s:g} s reached"
+        elif exit_code is None and rebooted:
+            state, rec.reason = RunState.NODE_FAIL, "the machine restarted while the job ran"
+        elif exit_code is None:
+            state = RunState.FAILED
+            rec.reason = "the job's processes ended without an exit code (killed from outside?)"
+        elif exit_code == 0:
+            state, rec.reason = RunState.COMPLETED, None
+        else:
+            oom = find_cuda_oom(self._log_tail(paths["log"]))
+            if oom is not None:
+                state, rec.reason = RunState.OOM, oom[:300]
+            else:
+                state, rec.reason = RunState.FAILED, _signal_reason(exit_code)
+        rec.state = state.value
+        return self._store_final(rec)
+
+    def _store_final(self, rec: _Record) -> RunInfo:
+        self._save(rec)
+        info = self._info(rec)
+        self._final[run_key(rec.job_id, rec.attempt)] = info
+        log.info("%s ended: %s (%s)", info.executor_id, info.state, info.reason or "exit 0")
+        return info
+
+    @staticmethod
+    def _log_tail(path: Path) -> str:
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - OOM_SCAN_BYTES))
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _info(self, rec: _Record, state: RunState | None = None) -> RunInfo:
+        now_state = RunState(rec.state) if rec.state is not None else state
+        assert now_state is not None
+        reason = rec.reason
+        if not now_state.ended and rec.stop_reason is not None:
+            reason = f"stopping ({rec.stop_reason})"
+        return RunInfo(
+            job_id=rec.job_id,
+            attempt=rec.attempt,
+            executor_id=run_key(rec.job_id, rec.attempt),
+            state=now_state,
+            node=rec.node,
+            started_at=rec.started_at,
+            ended_at=rec.ended_at,
+            exit_code=rec.exit_code,
+            reason=reason,
+        )
