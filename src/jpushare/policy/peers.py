@@ -1,0 +1,216 @@
+"""The peer policies `decide` is compared with: `hol-skip`, `fifo` and `backfill` (issue 2 §4).
+
+Each is a pure function with decide's signature, `(Snapshot) -> Decisions`, and emits only
+`Dispatch` actions (no reservations, no "why"). They share decide's queue order
+(`queue_order`: lab usage, then queue entry, then job id) and its placement order (tier
+sort_order DESC, idle DESC, node name), so that a comparison isolates the one rule that
+differs. No I/O, no clock: `backfill` reads time only from `snapshot.now`.
+
+Cost per cycle: one sort of the queue, a dictionary lookup per job that cannot start
+(idle GPUs only ever decrease within a cycle, so a (size, minimum tier) class that found no
+placement stays without one), and a scan of the class's fit placements per dispatch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jpushare.policy.decide import decide, queue_order
+from jpushare.policy.fit import fits
+from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
+
+Key = tuple[str, str]  # (node, tier)
+Class = tuple[int, int]  # (num_gpus, min_sort_order)
+Policy = Callable[[Snapshot], Decisions]
+
+
+class _Cycle:
+    """One cycle's idle GPUs per placement and the fit placements of each job class."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
+        self.placements = sorted(
+            (p for p in snapshot.placements if p.tier in self.tiers), key=lambda p: p.key
+        )
+        self.idle: dict[Key, int] = {p.key: p.free for p in self.placements}
+        self._fit: dict[Class, list[Placement]] = {}
+        self.actions: list[Action] = []
+
+    def fit(self, n: int, m: int) -> list[Placement]:
+        found = self._fit.get((n, m))
+        if found is None:
+            found = [p for p in self.placements if fits(n, m, self.tiers[p.tier], p.capacity)]
+            self._fit[(n, m)] = found
+        return found
+
+    def first(self, n: int, m: int, exclude: Key | None = None) -> Placement | None:
+        """The first fit placement with >= n idle GPUs in policy order (SPEC §3 (a))."""
+        best: Placement | None = None
+        best_key: tuple[int, int, str, str] | None = None
+        for p in self.fit(n, m):
+            idle = self.idle[p.key]
+            if idle < n or p.key == exclude:
+                continue
+            k = (-self.tiers[p.tier].sort_order, -idle, p.node, p.tier)
+            if best_key is None or k < best_key:
+                best, best_key = p, k
+        return best
+
+    def dispatch(self, job: QueuedJob, p: Placement) -> None:
+        self.idle[p.key] -= job.num_gpus
+        self.actions.append(Dispatch(job.job_id, p.node, p.tier, job.num_gpus))
+
+
+def _sorted_queue(snapshot: Snapshot) -> list[QueuedJob]:
+    return sorted(snapshot.queue, key=queue_order(snapshot.lab_usage))
+
+
+def _decisions(snapshot: Snapshot, queue: list[QueuedJob], cycle: _Cycle) -> Decisions:
+    order = tuple(j.job_id for j in queue)
+    return Decisions(now=snapshot.now, order=order, actions=tuple(cycle.actions))
+
+
+def hol_skip(snapshot: Snapshot) -> Decisions:
+    """The old behaviour (seed §1.1): walk the fair-share order, start whatever fits, skip
+    what does not. Never reserves, so a multi-GPU job can wait behind a stream of small ones.
+    """
+    cycle = _Cycle(snapshot)
+    queue = _sorted_queue(snapshot)
+    failed: set[Class] = set()
+    for job in queue:
+        cls = (job.num_gpus, job.min_sort_order)
+        if cls in failed:
+            continue
+        p = cycle.first(*cls)
+        if p is None:
+            failed.add(cls)
+            continue
+        cycle.dispatch(job, p)
+    return _decisions(snapshot, queue, cycle)
+
+
+def fifo(snapshot: Snapshot) -> Decisions:
+    """Strict order: start jobs in fair-share order until the first one that cannot start.
+
+    Never skips, never reserves: the head job blocks everyone behind it.
+    """
+    cycle = _Cycle(snapshot)
+    queue = _sorted_queue(snapshot)
+    for job in queue:
+        p = cycle.first(job.num_gpus, job.min_sort_order)
+        if p is None:
+            break
+        cycle.dispatch(job, p)
+    return _decisions(snapshot, queue, cycle)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """The blocked top job's planned start (EASY backfill's one reservation, in time)."""
+
+    key: Key  # the placement it is planned on
+    start: float  # its planned start ("shadow time")
+    extra: int  # GPUs of that placement free at `start` that it does not need
+
+
+def backfill(snapshot: Snapshot) -> Decisions:
+    """Fair-share priority with EASY backfill, as a Slurm site would run it.
+
+    1. Jobs start in fair-share order while each finds a fit placement with enough idle
+       GPUs (placement order as in SPEC §3 (a)).
+    2. The first job that cannot start (the pivot) gets a planned start: on each of its
+       schedulable fit placements, running jobs end at `started_at + time_limit_s`
+       (estimates, not the truth; no estimate = never); the placement whose idle GPUs plus
+       those released reach `num_gpus` earliest is its plan (ties in placement order).
+    3. Every later job may start (on its first fit placement in order where it may) only if
+       it cannot delay that plan: it runs on another placement, or it ends by its own
+       `time_limit_s` no later than the planned start, or it needs no more than the
+       plan's spare GPUs (which it then consumes).
+
+    A plan in the past (running jobs overran their estimates) leaves only the spare GPUs
+    to backfill. So with no new event, what may start can only shrink as `now` grows,
+    which keeps the simulator's cycle skipping exact. A pivot with no finite plan (every
+    fit placement down) blocks nobody; the next job that cannot start becomes the pivot.
+    """
+    now = snapshot.now
+    cycle = _Cycle(snapshot)
+    queue = _sorted_queue(snapshot)
+    ends: dict[Key, list[tuple[float, int]]] = {}
+    for r in snapshot.running:
+        ends.setdefault((r.node, r.tier), []).append(
+            (_end(r.started_at, r.time_limit_s), r.num_gpus)
+        )
+
+    plan: _Plan | None = None
+    failed: set[Class] = set()  # no placement at all has enough idle GPUs
+    failed_elsewhere: set[Class] = set()  # none but the plan's placement has
+    for job in queue:
+        n, m = job.num_gpus, job.min_sort_order
+        cls = (n, m)
+        if plan is None:
+            p = None if cls in failed else cycle.first(n, m)
+            if p is not None:
+                cycle.dispatch(job, p)
+                ends.setdefault(p.key, []).append((_end(now, job.time_limit_s), n))
+                continue
+            failed.add(cls)
+            plan = _plan(job, cycle, ends)
+            continue
+        if cls in failed:
+            continue
+        ends_in_time = _end(now, job.time_limit_s) <= plan.start
+        if ends_in_time or n <= plan.extra:
+            p = cycle.first(n, m)
+            if p is None:
+                failed.add(cls)
+                continue
+        else:
+            if cls in failed_elsewhere:
+                continue
+            p = cycle.first(n, m, exclude=plan.key)
+            if p is None:
+                failed_elsewhere.add(cls)
+                continue
+        cycle.dispatch(job, p)
+        if p.key == plan.key and not ends_in_time:
+            plan.extra -= n  # it still runs at the planned start: it uses spare GPUs
+    return _decisions(snapshot, queue, cycle)
+
+
+def _end(started_at: float, time_limit_s: float | None) -> float:
+    return math.inf if time_limit_s is None else started_at + time_limit_s
+
+
+def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]]) -> _Plan | None:
+    """The earliest planned start of a job that cannot start now (step 2 of `backfill`)."""
+    n = job.num_gpus
+    best: _Plan | None = None
+    best_key: tuple[float, int, int, str, str] | None = None
+    for p in cycle.fit(n, job.min_sort_order):
+        if not p.schedulable:
+            continue
+        free = cycle.idle[p.key]
+        start: float | None = None
+        for end, gpus in sorted(ends.get(p.key, ())):
+            if start is not None and end > start:
+                break
+            free += gpus
+            if start is None and free >= n:
+                start = end
+        if start is None or math.isinf(start):
+            continue
+        k = (start, -cycle.tiers[p.tier].sort_order, -cycle.idle[p.key], p.node, p.tier)
+        if best_key is None or k < best_key:
+            best, best_key = _Plan(p.key, start, free - n), k
+    return best
+
+
+POLICIES: dict[str, Policy] = {
+    "reservation": decide,
+    "hol-skip": hol_skip,
+    "fifo": fifo,
+    "backfill": backfill,
+}
+"""Every policy the simulator can run, by its CLI name. `reservation` is SPEC §3 itself."""

@@ -1,0 +1,687 @@
+"""The trace simulator's engine: replay a trace through one policy on a simulated clock.
+
+This module holds the state machine only (jobs, placements, reservations, lab usage, an
+event heap). Reading CLUSTER.yaml / TRACE.csv lives in `cluster_file` / `trace_file`;
+writing jobs.csv, summary.json and plots lives in `report` / `plots`.
+
+Public API
+----------
+``simulate(cluster, jobs, policy="reservation", cycle_s=5.0, *, observer=None,
+every_cycle=False, progress=None) -> SimResult``
+
+- `cluster`: a `ClusterSpec` (tiers, placements, starting lab usage, node events).
+- `jobs`: `TraceJob`s (any order; tier names must exist: see `trace_file.check_tiers`).
+- `policy`: a name of `jpushare.policy.peers.POLICIES` ("reservation" is SPEC §3's
+  `decide` itself, called as is) or any `(Snapshot) -> Decisions` function.
+- `observer(snapshot, decisions)`: called after every cycle that ran, once its decisions
+  have been applied. The snapshot is exactly what the policy saw.
+- `every_cycle=True` runs the policy at every cycle instead of skipping idle ones (for
+  checking that skipping changes nothing).
+- `progress(finished_jobs, total_jobs)`: called when jobs have finished in a cycle.
+
+`SimResult.jobs` holds one `JobRecord` per trace job, in trace order, with every attempt,
+its run and reservation costs and what was billed to its lab. Usage conservation: once
+every job has ended, `sum(lab_usage) - sum(initial_lab_usage) == sum(job.billed)` and each
+ended job's `billed == run_cost + reservation_cost`.
+
+Time (issue 2 §4): cycles at t = 0, c, 2c, ... At a cycle at t, every job end, cancel and
+node event with time <= t is applied (in time order; ends before cancels before node events
+at equal times), then every submission with submit_time <= t joins the queue (or is
+REJECTED: SPEC §2), then the policy runs once. A cycle is skipped when no event was applied
+in it and the previous cycle that ran had no action: the policies' actions depend only on
+state that events and actions change (`backfill` also on `now`, but only so that fewer
+jobs may start as time passes), so the skipped cycle would have done nothing. The cost
+follows the number of events, not the simulated time.
+
+Accounting (SPEC §4) is lazy, with `jpushare.policy.accounting`: run cost per attempt and
+reservation cost per span of constant size are charged to the job, and the lab is billed
+when an attempt ends (completed, OOM, node down, cancelled) or a queued job is cancelled.
+Reservation spans are closed at start / absorb / release, not at every cycle, so the float
+sums are the same whether cycles are skipped or not; the policy's per-cycle
+`AccrueReservation`s only move `Reservation.last_accrued_at` as the service would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from jpushare.policy.accounting import reservation_accrual, run_cost
+from jpushare.policy.fit import FitReport, check_fit, default_min_sort_order, fits
+from jpushare.policy.model import (
+    AbsorbReservation,
+    Decisions,
+    Dispatch,
+    Placement,
+    QueuedJob,
+    ReleaseReason,
+    ReleaseReservation,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    StartReservation,
+    Tier,
+)
+from jpushare.policy.oom import escalate
+from jpushare.policy.peers import POLICIES, Policy
+from jpushare.sim.cluster_file import ClusterSpec
+from jpushare.sim.trace_file import TraceJob
+
+Key = tuple[str, str]  # (node, tier)
+Observer = Callable[[Snapshot, Decisions], None]
+Progress = Callable[[int, int], None]
+
+
+class JobState(StrEnum):
+    """A trace job's state. The last four are final; QUEUED at the end means it never could
+    start again (e.g. its only fit node stayed down)."""
+
+    PENDING = "PENDING"  # not submitted yet
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    REJECTED = "REJECTED"
+
+
+class AttemptEnd(StrEnum):
+    """How one attempt (one dispatch) ended."""
+
+    COMPLETED = "completed"
+    OOM = "oom"  # out of memory: SPEC §5 escalation
+    NODE_DOWN = "node_down"  # back to the queue, no escalation
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    start: float
+    end: float
+    node: str
+    tier: str
+    num_gpus: int
+    outcome: AttemptEnd
+    run_cost: float  # TFLOP-seconds
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One trace job after the replay."""
+
+    job_id: str
+    lab: str
+    num_gpus: int
+    state: JobState
+    submit_time: float
+    attempts: tuple[Attempt, ...]
+    run_cost: float  # TFLOP-seconds, every attempt
+    reservation_cost: float  # TFLOP-seconds, every reservation it held
+    billed: float  # what reached its lab's usage
+    reason: str = ""  # why REJECTED or FAILED
+
+    @property
+    def first_start(self) -> float | None:
+        return self.attempts[0].start if self.attempts else None
+
+    @property
+    def wait_s(self) -> float | None:
+        """First start minus submission (None if it never started)."""
+        return None if not self.attempts else self.attempts[0].start - self.submit_time
+
+    @property
+    def last(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationRecord:
+    """One reservation from start to release (`ended_at`/`reason` None: still held)."""
+
+    job_id: str
+    node: str
+    tier: str
+    gpus: int  # size when it ended
+    since: float
+    ended_at: float | None
+    reason: ReleaseReason | None
+
+    @property
+    def hold_s(self) -> float | None:
+        return None if self.ended_at is None else self.ended_at - self.since
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """GPU use from `t` until the next sample."""
+
+    t: float
+    running: int
+    reserved: int
+    up: int  # capacity of the placements that are schedulable
+
+
+@dataclass(frozen=True)
+class SimResult:
+    policy: str
+    cycle_s: float
+    jobs: tuple[JobRecord, ...]  # trace order
+    reservations: tuple[ReservationRecord, ...]  # in start order
+    initial_lab_usage: dict[str, float]
+    lab_usage: dict[str, float]  # final
+    capacity_gpus: int  # the inventory's GPUs (down nodes included)
+    running_gpu_s: float
+    reserved_gpu_s: float
+    gpu_timeline: tuple[GpuSample, ...]
+    lab_timeline: tuple[tuple[float, str, float], ...]  # (t, lab, usage after a bill)
+    cycles_run: int
+    cycles_total: int  # cycle times passed, run or skipped
+    wall_s: float = field(compare=False, default=0.0)
+
+
+def simulate(
+    cluster: ClusterSpec,
+    jobs: Sequence[TraceJob],
+    policy: str | Policy = "reservation",
+    cycle_s: float = 5.0,
+    *,
+    observer: Observer | None = None,
+    every_cycle: bool = False,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Replay `jobs` on `cluster` under `policy` (see the module docstring)."""
+    if isinstance(policy, str):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+        name, fn = policy, POLICIES[policy]
+    else:
+        name, fn = getattr(policy, "__name__", "custom"), policy
+    if not (cycle_s > 0 and math.isfinite(cycle_s)):
+        raise ValueError(f"cycle_s must be > 0, got {cycle_s}")
+    started = time.perf_counter()
+    engine = _Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
+    engine.run()
+    return engine.result(name, time.perf_counter() - started)
+
+
+# Event kinds, in the order they apply at equal times.
+_END, _CANCEL, _NODE = 0, 1, 2
+
+
+@dataclass(slots=True)
+class _ReservationLog:
+    job_id: str
+    node: str
+    tier: str
+    gpus: int
+    since: float
+    ended_at: float | None = None
+    reason: ReleaseReason | None = None
+
+
+class _Job:
+    """The engine's mutable view of one trace job."""
+
+    __slots__ = (
+        "attempts",
+        "billed",
+        "cancel_requested",
+        "epoch",
+        "min_sort_order",
+        "reason",
+        "res_cost",
+        "res_span_start",
+        "reservation",
+        "run_cost",
+        "run_key",
+        "run_start",
+        "spec",
+        "state",
+        "unbilled",
+    )
+
+    def __init__(self, spec: TraceJob, min_sort_order: int) -> None:
+        self.spec = spec
+        self.state = JobState.PENDING
+        self.min_sort_order = min_sort_order
+        self.reservation: Reservation | None = None
+        self.res_span_start = 0.0  # reserved GPUs are costed up to here
+        self.attempts: list[Attempt] = []
+        self.epoch = 0  # bumps at every dispatch; stale end events carry an old one
+        self.run_start = 0.0
+        self.run_key: Key = ("", "")
+        self.run_cost = 0.0
+        self.res_cost = 0.0
+        self.unbilled = 0.0
+        self.billed = 0.0
+        self.cancel_requested = False
+        self.reason = ""
+
+    def queued(self) -> QueuedJob:
+        s = self.spec
+        return QueuedJob(
+            s.job_id,
+            s.lab,
+            s.num_gpus,
+            self.min_sort_order,
+            s.submit_time,  # queue_entered_at: kept on OOM / node-down requeue (SPEC §5)
+            self.reservation,
+            s.time_limit_s,
+        )
+
+
+class _Engine:
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        jobs: Sequence[TraceJob],
+        policy: Policy,
+        cycle_s: float,
+        observer: Observer | None,
+        every_cycle: bool,
+        progress: Progress | None,
+    ) -> None:
+        self.cluster = cluster
+        self.tiers: tuple[Tier, ...] = cluster.tiers
+        self.tier_by_name = {t.name: t for t in cluster.tiers}
+        self.inventory = cluster.placements  # static capacity: fit, check_fit, escalate
+        self.policy = policy
+        self.cycle_s = cycle_s
+        self.observer = observer
+        self.every_cycle = every_cycle
+        self.progress = progress
+
+        self.placements: dict[Key, Placement] = {p.key: p for p in cluster.placements}
+        self._placement_tuple: tuple[Placement, ...] | None = None
+        default_min = default_min_sort_order(cluster.tiers)
+        self.order: list[str] = []
+        self.jobs: dict[str, _Job] = {}
+        for spec in jobs:
+            m = (
+                default_min
+                if spec.min_tier is None
+                else self.tier_by_name[spec.min_tier].sort_order
+            )
+            self.jobs[spec.job_id] = _Job(spec, m)
+            self.order.append(spec.job_id)
+        self.submissions = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+        self.next_submission = 0
+
+        self.lab_usage: dict[str, float] = {lab: float(u) for lab, u in cluster.labs.items()}
+        for spec in jobs:
+            self.lab_usage.setdefault(spec.lab, 0.0)
+        self.initial_lab_usage = dict(self.lab_usage)
+
+        self.queue: dict[str, QueuedJob] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.reserving: dict[str, _Job] = {}
+        self.heap: list[tuple[float, int, str, int]] = []
+        for spec in jobs:
+            if spec.cancel_time is not None:
+                heapq.heappush(self.heap, (spec.cancel_time, _CANCEL, spec.job_id, 0))
+        for i, ev in enumerate(cluster.events):
+            heapq.heappush(self.heap, (ev.time, _NODE, "", i))
+
+        self.fit_reports: dict[tuple[int, int], FitReport] = {}
+        self.finished = 0
+        self.running_gpus = 0
+        self.reserved_gpus = 0
+        self.up_gpus = cluster.capacity_gpus
+        self.running_gpu_s = 0.0
+        self.reserved_gpu_s = 0.0
+        self.reservation_log: list[_ReservationLog] = []
+        self.open_reservation: dict[str, int] = {}  # job -> index in reservation_log
+        self.gpu_timeline: list[GpuSample] = [GpuSample(0.0, 0, 0, self.up_gpus)]
+        self.lab_timeline: list[tuple[float, str, float]] = []
+        self.cycles_run = 0
+        self.cycles_total = 0
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        c = self.cycle_s
+        k = 0
+        acted = False
+        reported = -1
+        while True:
+            t = k * c
+            changed = self._apply_events(t)
+            changed = self._admit(t) or changed
+            if changed or acted or self.every_cycle:
+                acted = self._cycle(t)
+            if self.progress is not None and self.finished != reported:
+                reported = self.finished
+                self.progress(self.finished, len(self.jobs))
+            nxt = self._next_event_time()
+            if acted:
+                k += 1
+            elif nxt is None:
+                break
+            elif self.every_cycle:
+                k += 1
+            else:
+                # Nothing can change before the next event: jump to the first cycle >= it.
+                k = max(k + 1, math.ceil(nxt / c))
+                while k * c < nxt:
+                    k += 1
+        self.cycles_total = k + 1
+
+    def _next_event_time(self) -> float | None:
+        times = []
+        if self.heap:
+            times.append(self.heap[0][0])
+        if self.next_submission < len(self.submissions):
+            times.append(self.submissions[self.next_submission].submit_time)
+        return min(times) if times else None
+
+    def _cycle(self, t: float) -> bool:
+        snapshot = Snapshot(
+            tiers=self.tiers,
+            placements=self._placements(),
+            queue=tuple(self.queue.values()),
+            lab_usage=dict(self.lab_usage),
+            now=t,
+            running=tuple(self.running.values()),
+        )
+        decisions = self.policy(snapshot)
+        self.cycles_run += 1
+        for acc in decisions.accruals:
+            job = self.jobs[acc.job_id]
+            if job.reservation is not None:
+                job.reservation = replace(job.reservation, last_accrued_at=acc.accrued_to)
+                self.queue[acc.job_id] = job.queued()
+        for action in decisions.actions:
+            if isinstance(action, Dispatch):
+                self._dispatch(action, t)
+            elif isinstance(action, StartReservation):
+                self._start_reservation(action, t)
+            elif isinstance(action, AbsorbReservation):
+                self._absorb(action, t)
+            elif isinstance(action, ReleaseReservation):
+                self._release(self.jobs[action.job_id], t, action.reason)
+        if decisions.actions:
+            self._mark(t)
+        if self.observer is not None:
+            self.observer(snapshot, decisions)
+        return bool(decisions.actions)
+
+    def _placements(self) -> tuple[Placement, ...]:
+        if self._placement_tuple is None:
+            self._placement_tuple = tuple(self.placements.values())
+        return self._placement_tuple
+
+    def _set_placement(self, p: Placement) -> None:
+        self.placements[p.key] = p
+        self._placement_tuple = None
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _apply_events(self, t: float) -> bool:
+        changed = False
+        heap = self.heap
+        while heap and heap[0][0] <= t:
+            when, kind, job_id, n = heapq.heappop(heap)
+            if kind == _END:
+                changed = self._end(self.jobs[job_id], when, n) or changed
+            elif kind == _CANCEL:
+                changed = self._cancel(self.jobs[job_id], when) or changed
+            else:
+                changed = self._node_event(n, when) or changed
+        return changed
+
+    def _admit(self, t: float) -> bool:
+        """Submissions with submit_time <= t join the queue, or are REJECTED (SPEC §2)."""
+        changed = False
+        subs = self.submissions
+        while self.next_submission < len(subs) and subs[self.next_submission].submit_time <= t:
+            spec = subs[self.next_submission]
+            self.next_submission += 1
+            job = self.jobs[spec.job_id]
+            cls = (spec.num_gpus, job.min_sort_order)
+            report = self.fit_reports.get(cls)
+            if report is None:
+                report = check_fit(cls[0], cls[1], self.tiers, self.inventory)
+                self.fit_reports[cls] = report
+            if not report.ok:
+                job.state = JobState.REJECTED
+                job.reason = report.message
+                self.finished += 1
+            elif job.cancel_requested:  # cancelled before any cycle saw it queued
+                job.state = JobState.CANCELLED
+                self.finished += 1
+            else:
+                job.state = JobState.QUEUED
+                self.queue[spec.job_id] = job.queued()
+                changed = True
+        return changed
+
+    def _end(self, job: _Job, t: float, epoch: int) -> bool:
+        if job.state is not JobState.RUNNING or job.epoch != epoch:
+            return False  # stale: the attempt was cut short by a cancel or a node failure
+        tier = job.run_key[1]
+        if tier not in job.spec.oom_on:
+            self._end_attempt(job, t, AttemptEnd.COMPLETED)
+            self._finish(job, JobState.COMPLETED)
+            return True
+        # SPEC §5 / S10: charged for the attempt, then retry on the next stronger tier.
+        self._end_attempt(job, t, AttemptEnd.OOM)
+        esc = escalate(job.spec.num_gpus, tier, self.tiers, self.inventory)
+        if esc.requeue and esc.min_sort_order is not None:
+            job.min_sort_order = esc.min_sort_order
+            self._requeue(job)
+        else:
+            job.reason = esc.reason
+            self._finish(job, JobState.FAILED)
+        return True
+
+    def _cancel(self, job: _Job, t: float) -> bool:
+        if job.state is JobState.PENDING:
+            job.cancel_requested = True
+            return False
+        if job.state is JobState.QUEUED:
+            if job.reservation is not None:
+                self._release(job, t, ReleaseReason.CANCEL)  # S11
+            del self.queue[job.spec.job_id]
+            self._bill(job, t)
+            self._finish(job, JobState.CANCELLED)
+            return True
+        if job.state is JobState.RUNNING:
+            self._end_attempt(job, t, AttemptEnd.CANCELLED)
+            self._finish(job, JobState.CANCELLED)
+            return True
+        return False
+
+    def _node_event(self, index: int, t: float) -> bool:
+        ev = self.cluster.events[index]
+        up = ev.state == "up"
+        changed = False
+        for p in self.cluster.placements_of(ev.node):
+            cur = self.placements[p.key]
+            if cur.schedulable != up:
+                self._set_placement(replace(cur, schedulable=up))
+                self.up_gpus += cur.capacity if up else -cur.capacity
+                changed = True
+        if not up:
+            # SPEC §5: running jobs go back to the queue, charged for what they ran.
+            for job_id in sorted(j for j, r in self.running.items() if r.node == ev.node):
+                job = self.jobs[job_id]
+                self._end_attempt(job, t, AttemptEnd.NODE_DOWN)
+                self._requeue(job)
+                changed = True
+        if changed:
+            self._mark(t)
+        return changed
+
+    # -- actions --------------------------------------------------------------------------
+
+    def _dispatch(self, a: Dispatch, t: float) -> None:
+        job = self.jobs[a.job_id]
+        key = (a.node, a.tier)
+        p = self.placements.get(key)
+        tier = self.tier_by_name.get(a.tier)
+        held = sum(
+            j.reservation.gpus
+            for j in self.reserving.values()
+            if j is not job
+            and j.reservation is not None
+            and (j.reservation.node, j.reservation.tier) == key
+        )
+        if (
+            job.state is not JobState.QUEUED
+            or p is None
+            or tier is None
+            or not p.schedulable
+            or a.num_gpus != job.spec.num_gpus
+            or not fits(a.num_gpus, job.min_sort_order, tier, p.capacity)
+            or p.capacity - p.busy - held < a.num_gpus
+        ):
+            raise RuntimeError(f"the policy made an impossible dispatch at t={t}: {a}")
+        self._set_placement(replace(p, busy=p.busy + a.num_gpus))
+        self.running_gpus += a.num_gpus
+        del self.queue[a.job_id]
+        job.state = JobState.RUNNING
+        job.epoch += 1
+        job.run_start = t
+        job.run_key = key
+        self.running[a.job_id] = RunningJob(
+            a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s
+        )
+        heapq.heappush(self.heap, (t + job.spec.duration, _END, a.job_id, job.epoch))
+
+    def _start_reservation(self, a: StartReservation, t: float) -> None:
+        job = self.jobs[a.job_id]
+        if job.state is not JobState.QUEUED or job.reservation is not None:
+            raise RuntimeError(f"the policy started an impossible reservation at t={t}: {a}")
+        job.reservation = Reservation(a.node, a.tier, a.gpus, t, t)
+        job.res_span_start = t
+        self.reserving[a.job_id] = job
+        self.reserved_gpus += a.gpus
+        self.open_reservation[a.job_id] = len(self.reservation_log)
+        self.reservation_log.append(_ReservationLog(a.job_id, a.node, a.tier, a.gpus, t))
+        self.queue[a.job_id] = job.queued()
+
+    def _absorb(self, a: AbsorbReservation, t: float) -> None:
+        job = self.jobs[a.job_id]
+        res = job.reservation
+        if res is None or (res.node, res.tier) != (a.node, a.tier) or res.gpus + a.added != a.total:
+            raise RuntimeError(f"the policy absorbed into a reservation it does not hold: {a}")
+        self._close_span(job, t)
+        job.reservation = replace(res, gpus=a.total, last_accrued_at=t)
+        self.reserved_gpus += a.added
+        self.reservation_log[self.open_reservation[a.job_id]].gpus = a.total
+        if job.state is JobState.QUEUED:
+            self.queue[a.job_id] = job.queued()
+
+    def _release(self, job: _Job, t: float, reason: ReleaseReason) -> None:
+        res = job.reservation
+        if res is None:
+            raise RuntimeError(f"release of a reservation job {job.spec.job_id} does not hold")
+        self._close_span(job, t)
+        job.reservation = None
+        del self.reserving[job.spec.job_id]
+        self.reserved_gpus -= res.gpus
+        entry = self.reservation_log[self.open_reservation.pop(job.spec.job_id)]
+        entry.ended_at, entry.reason = t, reason
+        if job.state is JobState.QUEUED:
+            self.queue[job.spec.job_id] = job.queued()
+
+    def _close_span(self, job: _Job, t: float) -> None:
+        """Charge the reservation's GPUs since the span began to the job (lazy, SPEC §4)."""
+        res = job.reservation
+        assert res is not None
+        tier = self.tier_by_name[res.tier]
+        cost = reservation_accrual(res.gpus, job.res_span_start, t, tier.tflops)
+        job.res_cost += cost
+        job.unbilled += cost
+        self.reserved_gpu_s += res.gpus * max(0.0, t - job.res_span_start)
+        job.res_span_start = t
+
+    # -- job life -------------------------------------------------------------------------
+
+    def _end_attempt(self, job: _Job, t: float, outcome: AttemptEnd) -> None:
+        """An attempt stops at t: free its GPUs, charge its run cost, bill the lab."""
+        node, tier_name = job.run_key
+        n = job.spec.num_gpus
+        p = self.placements[job.run_key]
+        self._set_placement(replace(p, busy=p.busy - n))
+        self.running_gpus -= n
+        del self.running[job.spec.job_id]
+        cost = run_cost(n, job.run_start, t, self.tier_by_name[tier_name].tflops)
+        job.run_cost += cost
+        job.unbilled += cost
+        self.running_gpu_s += n * max(0.0, t - job.run_start)
+        job.attempts.append(Attempt(job.run_start, t, node, tier_name, n, outcome, cost))
+        job.state = JobState.QUEUED  # until _requeue or _finish says otherwise
+        self._bill(job, t)
+        self._mark(t)
+
+    def _requeue(self, job: _Job) -> None:
+        job.state = JobState.QUEUED
+        self.queue[job.spec.job_id] = job.queued()
+
+    def _finish(self, job: _Job, state: JobState) -> None:
+        job.state = state
+        self.finished += 1
+
+    def _bill(self, job: _Job, t: float) -> None:
+        """Everything the job held and was not billed for reaches its lab now (SPEC §4)."""
+        if job.unbilled == 0.0:
+            return
+        lab = job.spec.lab
+        self.lab_usage[lab] += job.unbilled
+        job.billed += job.unbilled
+        job.unbilled = 0.0
+        self.lab_timeline.append((t, lab, self.lab_usage[lab]))
+
+    def _mark(self, t: float) -> None:
+        s = GpuSample(t, self.running_gpus, self.reserved_gpus, self.up_gpus)
+        last = self.gpu_timeline[-1]
+        if (last.running, last.reserved, last.up) == (s.running, s.reserved, s.up):
+            return
+        if last.t == t:
+            self.gpu_timeline[-1] = s
+        else:
+            self.gpu_timeline.append(s)
+
+    # -- result ---------------------------------------------------------------------------
+
+    def result(self, policy: str, wall_s: float) -> SimResult:
+        records = tuple(
+            JobRecord(
+                job_id=j.spec.job_id,
+                lab=j.spec.lab,
+                num_gpus=j.spec.num_gpus,
+                state=j.state,
+                submit_time=j.spec.submit_time,
+                attempts=tuple(j.attempts),
+                run_cost=j.run_cost,
+                reservation_cost=j.res_cost,
+                billed=j.billed,
+                reason=j.reason,
+            )
+            for j in (self.jobs[i] for i in self.order)
+        )
+        reservations = tuple(
+            ReservationRecord(e.job_id, e.node, e.tier, e.gpus, e.since, e.ended_at, e.reason)
+            for e in self.reservation_log
+        )
+        return SimResult(
+            policy=policy,
+            cycle_s=self.cycle_s,
+            jobs=records,
+            reservations=reservations,
+            initial_lab_usage=self.initial_lab_usage,
+            lab_usage=dict(self.lab_usage),
+            capacity_gpus=self.cluster.capacity_gpus,
+            running_gpu_s=self.running_gpu_s,
+            reserved_gpu_s=self.reserved_gpu_s,
+            gpu_timeline=tuple(self.gpu_timeline),
+            lab_timeline=tuple(self.lab_timeline),
+            cycles_run=self.cycles_run,
+            cycles_total=self.cycles_total,
+            wall_s=wall_s,
+        )
