@@ -1,0 +1,274 @@
+"""The executor contract: what every Executor must do, as one suite that each backend runs.
+
+The dispatcher only ever sees the `Executor` protocol, and unit tests use fakes of it; this
+suite keeps the local executor, the Slurm executor and any fake honest about the same
+behaviour (STYLE: "one contract test suite runs against every executor").
+
+How to plug an executor in — subclass `ExecutorContract` in a test module (the class name
+must start with `Test` so pytest collects it) and give it a `target` fixture:
+
+    from tests.executors.contract import ContractTarget, ExecutorContract
+
+    class TestSlurmExecutorContract(ExecutorContract):
+        pytestmark = pytest.mark.slurm
+
+        @pytest.fixture
+        def target(self, tmp_path: Path) -> Iterator[ContractTarget]:
+            shared = ...  # a directory the jobs and this test process both see
+            yield ContractTarget(
+                SlurmExecutor(...), node="node1", gpu_type="rtx4090",
+                partition="p4090", shared_dir=shared, timeout_s=60,
+            )
+
+What a target must offer:
+- (node, gpu_type) is a placement with at least 2 GPUs, free while the suite runs;
+- `shared_dir` is writable by the jobs (run as `bash`) and readable by this process (the
+  suite checks through files there that a cancelled job's processes are really gone);
+- runs reach their end within `timeout_s` (the jobs sleep at most ~1 s unless cancelled).
+
+Every test submits fresh job ids, and `ExecutorContract` cancels whatever is still running
+at the end of each test, so a shared cluster is left clean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from jpushare.executors.base import Executor, LaunchSpec, RunInfo, RunState, SubmitRefused
+
+T = TypeVar("T")
+
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 23.55 GiB of which 1.02 GiB is free."
+)
+
+
+def wait_for(
+    probe: Callable[[], T | None], timeout_s: float, poll_s: float = 0.05, what: str = ""
+) -> T:
+    """Call `probe` until it returns something other than None/False; fail after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while True:
+        last = probe()
+        if last is not None and last is not False:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or probe}")
+        time.sleep(poll_s)
+
+
+@dataclass
+class ContractTarget:
+    """An executor under test and the placement the suite may use on it."""
+
+    executor: Executor
+    node: str
+    gpu_type: str
+    shared_dir: Path
+    partition: str | None = None
+    timeout_s: float = 10.0  # how long a short run may take to reach a state
+    poll_s: float = 0.05
+    submitted: list[str] = field(default_factory=list)
+
+    def spec(self, command: str, num_gpus: int = 1, job_id: str | None = None) -> LaunchSpec:
+        job_id = job_id or f"contract-{uuid.uuid4().hex[:12]}"
+        return LaunchSpec(
+            job_id=job_id,
+            attempt=1,
+            name=f"c-{job_id[-12:]}",
+            command=command,
+            node=self.node,
+            gpu_type=self.gpu_type,
+            num_gpus=num_gpus,
+            partition=self.partition,
+        )
+
+    def submit(self, spec: LaunchSpec) -> str:
+        executor_id = self.executor.submit(spec)
+        self.submitted.append(executor_id)
+        return executor_id
+
+    def run(self, spec: LaunchSpec) -> RunInfo:
+        """The run as found by `find` (must exist)."""
+        info = self.executor.find(spec.job_id, spec.attempt)
+        assert info is not None, f"{spec.job_id} unknown to the executor"
+        return info
+
+    def wait_state(self, spec: LaunchSpec, *states: RunState) -> RunInfo:
+        def probe() -> RunInfo | None:
+            info = self.run(spec)
+            return info if info.state in states else None
+
+        return wait_for(probe, self.timeout_s, self.poll_s, f"{spec.job_id} in {states}")
+
+    def wait_ended(self, spec: LaunchSpec) -> RunInfo:
+        def probe() -> RunInfo | None:
+            info = self.run(spec)
+            return info if info.state.ended else None
+
+        return wait_for(probe, self.timeout_s, self.poll_s, f"{spec.job_id} to end")
+
+    def used(self) -> int:
+        return sum(
+            g.used
+            for g in self.executor.inventory()
+            if g.node == self.node and g.gpu_type == self.gpu_type
+        )
+
+
+def _ticker(path: Path) -> str:
+    """Shell that appends a line to `path` every 0.1 s, forever."""
+    return f"while :; do echo t >> {shlex.quote(str(path))}; sleep 0.1; done"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+class ExecutorContract:
+    """The contract. Subclasses provide the `target` fixture (see the module docstring)."""
+
+    @pytest.fixture
+    def target(self) -> ContractTarget:
+        raise NotImplementedError("a subclass provides the `target` fixture")
+
+    @pytest.fixture(autouse=True)
+    def _cancel_leftovers(self, target: ContractTarget) -> Iterator[None]:
+        yield
+        for executor_id in target.submitted:
+            target.executor.cancel(executor_id)
+
+    def test_a_short_job_runs_and_completes_with_its_times(self, target: ContractTarget) -> None:
+        spec = target.spec("echo hello-from-the-job; sleep 0.5")
+        target.submit(spec)
+        assert target.run(spec).state in (RunState.PENDING, RunState.RUNNING)
+
+        info = target.wait_ended(spec)
+
+        assert info.state is RunState.COMPLETED, info
+        assert info.exit_code == 0
+        assert info.started_at is not None and info.ended_at is not None
+        assert info.started_at <= info.ended_at
+        assert info.job_id == spec.job_id and info.attempt == spec.attempt
+        assert info.node == spec.node
+        assert spec.job_id in [r.job_id for r in target.executor.runs()]
+        assert "hello-from-the-job" in wait_for(
+            lambda: target.executor.log(spec.job_id, 1) or None, target.timeout_s
+        )
+
+    def test_a_non_zero_exit_is_failed_with_its_exit_code(self, target: ContractTarget) -> None:
+        spec = target.spec("sleep 0.2; exit 3")
+        target.submit(spec)
+
+        info = target.wait_ended(spec)
+
+        assert info.state is RunState.FAILED, info
+        assert info.exit_code == 3
+
+    def test_cuda_out_of_memory_in_the_output_is_oom(self, target: ContractTarget) -> None:
+        spec = target.spec(f"echo {shlex.quote(OOM_LINE)} >&2; exit 1")
+        target.submit(spec)
+
+        info = target.wait_ended(spec)
+
+        assert info.state is RunState.OOM, info
+        assert "CUDA out of memory" in target.executor.log(spec.job_id, 1)
+
+    def test_cancel_stops_the_whole_process_group(self, target: ContractTarget) -> None:
+        main = target.shared_dir / f"{uuid.uuid4().hex}.main"
+        child = target.shared_dir / f"{uuid.uuid4().hex}.child"
+        spec = target.spec(f"( {_ticker(child)} ) & {_ticker(main)}")
+        executor_id = target.submit(spec)
+        target.wait_state(spec, RunState.RUNNING)
+        wait_for(lambda: _size(main) > 0 and _size(child) > 0, target.timeout_s, what="ticks")
+
+        target.executor.cancel(executor_id)
+        info = target.wait_ended(spec)
+
+        assert info.state is RunState.CANCELLED, info
+        sizes = (_size(main), _size(child))
+        time.sleep(0.5)  # five ticks' time: a survivor would have written
+        assert (_size(main), _size(child)) == sizes, "a process of the job still runs"
+        target.executor.cancel(executor_id)  # idempotent
+        assert target.run(spec).state is RunState.CANCELLED
+
+    def test_cancel_of_an_ended_run_changes_nothing(self, target: ContractTarget) -> None:
+        spec = target.spec("true")
+        executor_id = target.submit(spec)
+        target.wait_ended(spec)
+
+        target.executor.cancel(executor_id)
+
+        assert target.run(spec).state is RunState.COMPLETED
+
+    def test_submitting_the_same_run_twice_starts_it_once(self, target: ContractTarget) -> None:
+        starts = target.shared_dir / f"{uuid.uuid4().hex}.starts"
+        spec = target.spec(f"echo started >> {shlex.quote(str(starts))}; sleep 0.5")
+
+        first = target.submit(spec)
+        second = target.submit(spec)
+        target.wait_ended(spec)
+        third = target.submit(spec)  # after it ended too
+
+        assert first == second == third
+        assert [r.job_id for r in target.executor.runs()].count(spec.job_id) == 1
+        assert starts.read_text() == "started\n"
+
+    def test_inventory_counts_the_gpus_of_running_jobs(self, target: ContractTarget) -> None:
+        before = target.used()
+        spec = target.spec("sleep 30", num_gpus=2)
+        executor_id = target.submit(spec)
+        target.wait_state(spec, RunState.RUNNING)
+
+        wait_for(lambda: target.used() == before + 2, target.timeout_s, what="2 more used")
+
+        target.executor.cancel(executor_id)
+        target.wait_ended(spec)
+        wait_for(lambda: target.used() == before, target.timeout_s, what="GPUs back")
+
+    def test_the_job_sees_its_gpus_and_its_job_id(self, target: ContractTarget) -> None:
+        spec = target.spec(
+            'echo "CVD=$CUDA_VISIBLE_DEVICES JOB=$JPUSHARE_JOB_ID ATTEMPT=$JPUSHARE_ATTEMPT"',
+            num_gpus=2,
+        )
+        target.submit(spec)
+        assert target.wait_ended(spec).state is RunState.COMPLETED
+
+        line = wait_for(
+            lambda: next(
+                (x for x in target.executor.log(spec.job_id, 1).splitlines() if "CVD=" in x),
+                None,
+            ),
+            target.timeout_s,
+        )
+        cvd, job, attempt = (part.split("=", 1)[1] for part in line.split())
+        assert len(set(cvd.split(","))) == 2, line
+        assert job == spec.job_id
+        assert attempt == "1"
+
+    def test_an_unknown_run_is_not_found_and_has_no_log(self, target: ContractTarget) -> None:
+        assert target.executor.find("contract-never-submitted", 1) is None
+        assert target.executor.log("contract-never-submitted", 1) == ""
+
+    def test_a_placement_that_does_not_exist_is_refused(self, target: ContractTarget) -> None:
+        spec = target.spec("true")
+        bad = dataclasses.replace(spec, node="no-such-node-jpushare")
+
+        with pytest.raises(SubmitRefused):
+            target.executor.submit(bad)
+
+        assert target.executor.find(bad.job_id, bad.attempt) is None

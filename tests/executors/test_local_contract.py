@@ -1,0 +1,22 @@
+"""The executor contract (tests/executors/contract.py) run against the local executor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jpushare.executors.gpus import LocalGpu
+from jpushare.executors.local import LocalExecutor
+from tests.executors.contract import ContractTarget, ExecutorContract
+
+
+class TestLocalExecutorContract(ExecutorContract):
+    @pytest.fixture
+    def target(self, tmp_path: Path) -> Iterator[ContractTarget]:
+        gpus = [LocalGpu("ws1", i, "rtx4090") for i in range(4)]
+        executor = LocalExecutor(tmp_path / "state", gpus=gpus, cancel_grace_s=1.0)
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        yield ContractTarget(executor, node="ws1", gpu_type="rtx4090", shared_dir=shared)
