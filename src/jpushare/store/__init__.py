@@ -1,0 +1,176 @@
+"""The store: the only code that touches the database (SQLAlchemy 2, Alembic migrations).
+
+Layout:
+- `engine`: the database URL (`JPUSHARE_DATABASE_URL`, else a SQLite file), engines, sessions;
+- `migrate`: `upgrade(url)` / `downgrade(url)`; the schema is created by migrations only;
+- `schema`: the ORM tables; `records`: the frozen values the repository returns;
+- `inventory`: tiers, nodes, GPUs, placements; `accounts`: labs, users, API tokens;
+- `jobs`: submit (SPEC §2 fit check), read, list, history;
+- `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, undo,
+  cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher;
+- `transitions`: the guarded UPDATE, job events and lab charging every transition uses.
+
+Repository functions take a `Session` and never commit: the caller owns the transaction
+(`with sessionmaker.begin() as session: ...`), so several calls can be one transaction.
+They return frozen records, never ORM objects. Times are aware UTC datetimes; the policy's
+float UNIX seconds are converted here, at the boundary (`times`).
+"""
+
+from jpushare.store.accounts import (
+    authenticate,
+    create_lab,
+    create_user,
+    get_lab,
+    get_user,
+    get_user_by_id,
+    hash_token,
+    issue_token,
+    list_labs,
+    list_tokens,
+    list_users,
+    revoke_token,
+)
+from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
+from jpushare.store.engine import database_url, make_engine, make_sessionmaker, sqlite_url
+from jpushare.store.errors import (
+    AlreadyExists,
+    InvalidRequest,
+    InvalidTransition,
+    NoFitPlacement,
+    NotFound,
+    StoreError,
+)
+from jpushare.store.inventory import (
+    drain_node,
+    get_tier,
+    list_nodes,
+    list_tiers,
+    observed_busy,
+    placements,
+    policy_tiers,
+    remove_node,
+    set_gpu_schedulable,
+    set_node_gpus,
+    set_node_state,
+    sync_inventory,
+    undrain_node,
+    upsert_tier,
+    upsert_tiers,
+)
+from jpushare.store.jobs import (
+    JobFilter,
+    get_job,
+    get_jobs,
+    job_history,
+    list_jobs,
+    parse_job_id,
+    policy_job_id,
+    submit_job,
+)
+from jpushare.store.lifecycle import (
+    cancel_job,
+    confirm_dispatch,
+    end_job,
+    fail_dispatch,
+    mark_running,
+    requeue_after_node_failure,
+    requeue_after_oom,
+    undo_dispatch,
+)
+from jpushare.store.migrate import upgrade
+from jpushare.store.records import (
+    Cancelled,
+    DispatchedJob,
+    Ended,
+    IssuedToken,
+    JobEventRecord,
+    JobRecord,
+    LabRecord,
+    NodeRecord,
+    Recorded,
+    SyncReport,
+    TierRecord,
+    TokenRecord,
+    UserRecord,
+)
+from jpushare.store.schema import EventKind, JobState, Role
+from jpushare.store.times import from_epoch, to_epoch, utc_now
+
+__all__ = [
+    "AlreadyExists",
+    "Cancelled",
+    "DispatchedJob",
+    "Ended",
+    "EventKind",
+    "InvalidRequest",
+    "InvalidTransition",
+    "IssuedToken",
+    "JobEventRecord",
+    "JobFilter",
+    "JobRecord",
+    "JobState",
+    "LabRecord",
+    "NoFitPlacement",
+    "NodeRecord",
+    "NotFound",
+    "Recorded",
+    "Role",
+    "StoreError",
+    "SyncReport",
+    "TierRecord",
+    "TokenRecord",
+    "UserRecord",
+    "authenticate",
+    "cancel_job",
+    "confirm_dispatch",
+    "create_lab",
+    "create_user",
+    "database_url",
+    "drain_node",
+    "end_job",
+    "fail_dispatch",
+    "from_epoch",
+    "get_job",
+    "get_jobs",
+    "get_lab",
+    "get_tier",
+    "get_user",
+    "get_user_by_id",
+    "hash_token",
+    "held_by_jobs",
+    "issue_token",
+    "job_history",
+    "list_jobs",
+    "list_labs",
+    "list_nodes",
+    "list_tiers",
+    "list_tokens",
+    "list_users",
+    "load_snapshot",
+    "make_engine",
+    "make_sessionmaker",
+    "mark_running",
+    "observed_busy",
+    "parse_job_id",
+    "placements",
+    "policy_job_id",
+    "policy_tiers",
+    "record_decisions",
+    "remove_node",
+    "requeue_after_node_failure",
+    "requeue_after_oom",
+    "revoke_token",
+    "set_gpu_schedulable",
+    "set_node_gpus",
+    "set_node_state",
+    "sqlite_url",
+    "submit_job",
+    "sync_inventory",
+    "to_epoch",
+    "undo_dispatch",
+    "undrain_node",
+    "upgrade",
+    "upsert_tier",
+    "upsert_tiers",
+    "utc_now",
+]

@@ -1,0 +1,172 @@
+"""Labs, users and their API tokens.
+
+A token's secret is `jps_` + 32 random bytes (URL-safe base64), returned once by
+`issue_token`; only its SHA-256 is stored, so a leaked database grants no access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from jpushare.store.errors import AlreadyExists, InvalidRequest, NotFound
+from jpushare.store.records import IssuedToken, LabRecord, TokenRecord, UserRecord
+from jpushare.store.schema import ApiToken, Lab, Role, User
+
+TOKEN_PREFIX = "jps_"
+
+
+def hash_token(secret: str) -> str:
+    """SHA-256 of the secret, hex: what `api_tokens.token_hash` holds."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _lab_record(lab: Lab) -> LabRecord:
+    return LabRecord(lab.id, lab.name, lab.cumulative_usage, lab.created_at)
+
+
+def _token_record(t: ApiToken) -> TokenRecord:
+    return TokenRecord(t.id, t.user_id, t.label, t.created_at, t.revoked_at)
+
+
+# --- labs --------------------------------------------------------------------------------
+
+
+def create_lab(session: Session, name: str, now: datetime) -> LabRecord:
+    name = name.strip()
+    if not name:
+        raise InvalidRequest("a lab needs a name")
+    if session.scalars(select(Lab.id).where(Lab.name == name)).first() is not None:
+        raise AlreadyExists("lab", name)
+    lab = Lab(name=name, cumulative_usage=0.0, created_at=now)
+    session.add(lab)
+    try:
+        session.flush()
+    except IntegrityError as exc:  # a concurrent insert of the same name
+        raise AlreadyExists("lab", name) from exc
+    return _lab_record(lab)
+
+
+def get_lab(session: Session, name: str) -> LabRecord:
+    lab = session.scalars(select(Lab).where(Lab.name == name)).one_or_none()
+    if lab is None:
+        raise NotFound("lab", name)
+    return _lab_record(lab)
+
+
+def list_labs(session: Session) -> list[LabRecord]:
+    """Every lab, least usage first (the fair-share order)."""
+    labs = session.scalars(select(Lab).order_by(Lab.cumulative_usage, Lab.name))
+    return [_lab_record(lab) for lab in labs]
+
+
+# --- users -------------------------------------------------------------------------------
+
+
+def _user_record(user: User, lab_name: str) -> UserRecord:
+    return UserRecord(user.id, user.name, user.lab_id, lab_name, user.role, user.created_at)
+
+
+def create_user(
+    session: Session, name: str, lab: str, role: Role | str, now: datetime
+) -> UserRecord:
+    """A user of lab `lab` (by name) with role student | pi | admin."""
+    name = name.strip()
+    if not name:
+        raise InvalidRequest("a user needs a name")
+    try:
+        role = Role(role)
+    except ValueError as exc:
+        raise InvalidRequest(f"role must be one of {', '.join(Role)}, got {role!r}") from exc
+    lab_row = session.scalars(select(Lab).where(Lab.name == lab)).one_or_none()
+    if lab_row is None:
+        raise NotFound("lab", lab)
+    if session.scalars(select(User.id).where(User.name == name)).first() is not None:
+        raise AlreadyExists("user", name)
+    user = User(name=name, lab_id=lab_row.id, role=role.value, created_at=now)
+    session.add(user)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise AlreadyExists("user", name) from exc
+    return _user_record(user, lab_row.name)
+
+
+def get_user(session: Session, name: str) -> UserRecord:
+    row = session.execute(
+        select(User, Lab.name).join(Lab, Lab.id == User.lab_id).where(User.name == name)
+    ).one_or_none()
+    if row is None:
+        raise NotFound("user", name)
+    return _user_record(row[0], row[1])
+
+
+def get_user_by_id(session: Session, user_id: int) -> UserRecord:
+    row = session.execute(
+        select(User, Lab.name).join(Lab, Lab.id == User.lab_id).where(User.id == user_id)
+    ).one_or_none()
+    if row is None:
+        raise NotFound("user", user_id)
+    return _user_record(row[0], row[1])
+
+
+def list_users(session: Session, lab: str | None = None) -> list[UserRecord]:
+    stmt = select(User, Lab.name).join(Lab, Lab.id == User.lab_id).order_by(User.name)
+    if lab is not None:
+        stmt = stmt.where(Lab.name == lab)
+    return [_user_record(u, lab_name) for u, lab_name in session.execute(stmt).tuples()]
+
+
+# --- tokens ------------------------------------------------------------------------------
+
+
+def issue_token(session: Session, user_id: int, now: datetime, label: str = "") -> IssuedToken:
+    """A new bearer token for the user. The secret is in the result and nowhere else."""
+    if session.get(User, user_id) is None:
+        raise NotFound("user", user_id)
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken(user_id=user_id, token_hash=hash_token(secret), label=label, created_at=now)
+    session.add(token)
+    session.flush()
+    return IssuedToken(_token_record(token), secret)
+
+
+def authenticate(session: Session, secret: str) -> UserRecord | None:
+    """The user a bearer secret belongs to, or None (unknown, revoked or malformed)."""
+    if not secret.startswith(TOKEN_PREFIX):
+        return None
+    row = session.execute(
+        select(User, Lab.name)
+        .join(ApiToken, ApiToken.user_id == User.id)
+        .join(Lab, Lab.id == User.lab_id)
+        .where(ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None))
+    ).one_or_none()
+    if row is None:
+        return None
+    return _user_record(row[0], row[1])
+
+
+def revoke_token(session: Session, token_id: int, now: datetime) -> bool:
+    """Revoke the token; False if it was revoked already. Unknown ids raise NotFound."""
+    if session.get(ApiToken, token_id) is None:
+        raise NotFound("token", token_id)
+    result = session.execute(
+        update(ApiToken)
+        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    session.expire_all()
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def list_tokens(session: Session, user_id: int | None = None) -> list[TokenRecord]:
+    stmt = select(ApiToken).order_by(ApiToken.id)
+    if user_id is not None:
+        stmt = stmt.where(ApiToken.user_id == user_id)
+    return [_token_record(t) for t in session.scalars(stmt)]

@@ -1,0 +1,432 @@
+"""The dispatcher cycle's two database steps: `load_snapshot` and `record_decisions`.
+
+`load_snapshot` reads what one policy cycle looks at (tiers, placements, the queue with
+its reservations, lab usage, running jobs) with plain column selects: 10,000 queued jobs
+must load in well under 200 ms on PostgreSQL. `record_decisions` applies one cycle's
+`Decisions` in the caller's transaction, every change guarded by the state it expects, so
+a stale or repeated application changes nothing (STYLE: "assume" first, act after).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from jpushare.policy.accounting import reservation_accrual
+from jpushare.policy.model import (
+    AbsorbReservation,
+    Action,
+    Decisions,
+    Dispatch,
+    QueuedJob,
+    ReleaseReservation,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    StartReservation,
+    Tier,
+)
+from jpushare.store.inventory import PlacementKey, placements
+from jpushare.store.records import DispatchedJob, Recorded
+from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState, Lab, User
+from jpushare.store.times import from_epoch, to_epoch
+from jpushare.store.transitions import LockedJob, add_events, event_row, guarded_update, lock_jobs
+
+_QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
+
+
+def load_snapshot(
+    session: Session,
+    now: datetime,
+    busy_by_placement: Mapping[PlacementKey, int] | None = None,
+) -> Snapshot:
+    """Everything one policy cycle reads, as policy values (times as UNIX seconds).
+
+    `busy_by_placement`: GPUs research jobs use now per (node, tier name), as the caller
+    observed them (see `held_by_jobs` for JPU-Share's own share of them).
+    """
+    tier_rows = session.execute(
+        select(
+            GpuTier.id,
+            GpuTier.name,
+            GpuTier.tflops,
+            GpuTier.sort_order,
+            GpuTier.max_gpus,
+            GpuTier.auto_assign,
+            GpuTier.partition,
+        )
+    )
+    tiers: list[Tier] = []
+    tier_names: dict[uuid.UUID, str] = {}
+    for tid, name, tflops, order, max_gpus, auto, partition in tier_rows:
+        tier_names[tid] = name
+        tiers.append(Tier(name, tflops, order, max_gpus, auto, partition))
+    lab_names: dict[int, str] = {}
+    lab_usage: dict[str, float] = {}
+    for lab_id, lab_name, usage in session.execute(select(Lab.id, Lab.name, Lab.cumulative_usage)):
+        lab_names[lab_id] = lab_name
+        lab_usage[lab_name] = usage
+
+    queue: list[QueuedJob] = []
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.lab_id,
+            Job.num_gpus,
+            Job.minimum_tier_sort_order,
+            Job.queue_entered_at,
+            Job.time_limit_s,
+            Job.reserved_gpus,
+            Job.reserved_node_name,
+            Job.reserved_tier_id,
+            Job.reservation_since,
+            Job.reservation_last_accrued_at,
+        ).where(Job.state == _QUEUED)
+    )
+    for jid, lab_id, n, min_order, entered, limit_s, r_gpus, r_node, r_tier, since, last in rows:
+        reservation = None
+        if r_gpus > 0 and r_node is not None and r_tier is not None:
+            since_s = to_epoch(since) if since is not None else to_epoch(now)
+            reservation = Reservation(
+                node=r_node,
+                tier=tier_names.get(r_tier, str(r_tier)),
+                gpus=r_gpus,
+                since=since_s,
+                last_accrued_at=to_epoch(last) if last is not None else since_s,
+            )
+        queue.append(
+            QueuedJob(
+                job_id=str(jid),
+                lab=lab_names[lab_id],
+                num_gpus=n,
+                min_sort_order=min_order,
+                queue_entered_at=to_epoch(entered),
+                reservation=reservation,
+                time_limit_s=limit_s,
+            )
+        )
+
+    running: list[RunningJob] = []
+    for jid, node, tier_id, n, started, dispatched, limit_s in session.execute(
+        select(
+            Job.id,
+            Job.node_name,
+            Job.tier_id,
+            Job.num_gpus,
+            Job.started_at,
+            Job.dispatched_at,
+            Job.time_limit_s,
+        ).where(Job.state.in_([s.value for s in ACTIVE_STATES]))
+    ):
+        at = started or dispatched
+        if node is None or tier_id is None or at is None:
+            continue
+        running.append(
+            RunningJob(
+                str(jid), node, tier_names.get(tier_id, str(tier_id)), n, to_epoch(at), limit_s
+            )
+        )
+
+    return Snapshot(
+        tiers=tuple(tiers),
+        placements=tuple(placements(session, busy_by_placement)),
+        queue=tuple(queue),
+        lab_usage=lab_usage,
+        now=to_epoch(now),
+        running=tuple(running),
+    )
+
+
+def held_by_jobs(session: Session) -> dict[PlacementKey, int]:
+    """GPUs JPU-Share's own DISPATCHED and RUNNING jobs hold, per (node, tier name).
+
+    A job recorded as dispatched may not show in the executor's `used` yet; a dispatcher
+    that takes, per placement, the larger of this and the observed count cannot hand the
+    same GPUs out twice.
+    """
+    out: dict[PlacementKey, int] = defaultdict(int)
+    rows = session.execute(
+        select(Job.node_name, GpuTier.name, Job.num_gpus)
+        .join(GpuTier, GpuTier.id == Job.tier_id)
+        .where(Job.state.in_([s.value for s in ACTIVE_STATES]))
+    )
+    for node, tier, n in rows:
+        if node is not None:
+            out[(node, tier)] += n
+    return dict(out)
+
+
+# Per job, the order that keeps every guard true: grow, release, then start or dispatch
+# (the policy emits a swap's Dispatch before its Release; R5's Release before a new Start).
+_ACTION_RANK = {AbsorbReservation: 0, ReleaseReservation: 1, StartReservation: 2, Dispatch: 3}
+
+
+def record_decisions(
+    session: Session, decisions: Decisions, now: datetime | None = None
+) -> Recorded:
+    """Apply one cycle's decisions in the caller's transaction; return what was applied.
+
+    1. Lock every job the decisions name (id order).
+    2. Accruals: the reservation's cost from its `reservation_last_accrued_at` (as stored,
+       so a stale or repeated decision cannot accrue twice) to the decision's time, with
+       the policy's own `reservation_accrual`; the lab is not touched (SPEC §4).
+    3. Actions, per job in a guard-safe order: absorb, release, start, dispatch. Each is an
+       UPDATE guarded by state GLOBAL_QUEUE_WAIT and the reservation it expects; a
+       dispatch sets DISPATCHED, the placement, attempts + 1 and dispatched_at.
+    4. One job event per applied action.
+
+    `now` stamps the events and dispatch times (default: the decisions' own time).
+    The dispatcher must start only `Recorded.dispatched`, never `decisions.dispatches()`.
+    """
+    at = now if now is not None else from_epoch(decisions.now)
+    by_job: dict[int, list[Action]] = defaultdict(list)
+    for action in decisions.actions:
+        by_job[int(action.job_id)].append(action)
+    accruals = {int(a.job_id): a for a in decisions.accruals}
+    locked = lock_jobs(session, set(by_job) | set(accruals))
+    tier_rows = session.execute(select(GpuTier.id, GpuTier.name, GpuTier.tflops, GpuTier.partition))
+    tier_ids: dict[str, uuid.UUID] = {}
+    tflops: dict[uuid.UUID, float] = {}
+    partitions: dict[str, str | None] = {}
+    for tid, name, tf, partition in tier_rows:
+        tier_ids[name] = tid
+        tflops[tid] = tf
+        partitions[name] = partition
+
+    events: list[dict[str, Any]] = []
+    accrued_total = 0.0
+    for job_id, accrual in sorted(accruals.items()):
+        job = locked.get(job_id)
+        if job is None:
+            continue
+        cost = _accrue(session, job, from_epoch(accrual.accrued_to), tflops)
+        accrued_total += cost
+
+    applied: list[Action] = []
+    skipped: list[Action] = []
+    dispatched_ids: list[tuple[int, Dispatch, int]] = []
+    for job_id in sorted(by_job):
+        job = locked.get(job_id)
+        actions = sorted(by_job[job_id], key=lambda a: _ACTION_RANK[type(a)])
+        for action in actions:
+            if job is None:
+                skipped.append(action)
+                continue
+            ok, event = _apply(session, job, action, at, tier_ids)
+            if not ok:
+                skipped.append(action)
+                continue
+            applied.append(action)
+            events.append(event)
+            if isinstance(action, Dispatch):
+                dispatched_ids.append((job_id, action, job.attempts + 1))
+            job = _after(job, action, at, tier_ids)
+    add_events(session, events)
+    return Recorded(
+        dispatched=tuple(_dispatched(session, dispatched_ids, partitions)),
+        applied=tuple(applied),
+        skipped=tuple(skipped),
+        accrued_tflop_s=accrued_total,
+    )
+
+
+def _accrue(
+    session: Session, job: LockedJob, to: datetime, tflops: Mapping[uuid.UUID, float]
+) -> float:
+    last = job.reservation_last_accrued_at
+    if job.state != _QUEUED or job.reserved_gpus <= 0 or last is None or to <= last:
+        return 0.0
+    tier = job.reserved_tier_id
+    cost = reservation_accrual(
+        job.reserved_gpus,
+        to_epoch(last),
+        to_epoch(to),
+        tflops.get(tier, 0.0) if tier is not None else 0.0,
+    )
+    ok = guarded_update(
+        session,
+        job.id,
+        _QUEUED,
+        Job.reserved_gpus == job.reserved_gpus,
+        Job.reservation_last_accrued_at == last,
+        reservation_gpu_seconds=Job.reservation_gpu_seconds + cost,
+        reservation_last_accrued_at=to,
+    )
+    return cost if ok else 0.0
+
+
+def _reservation_guard(node: str, tier_id: uuid.UUID | None, gpus: int) -> tuple[Any, ...]:
+    conditions: tuple[Any, ...] = (Job.reserved_gpus == gpus, Job.reserved_node_name == node)
+    if tier_id is not None:
+        conditions += (Job.reserved_tier_id == tier_id,)
+    return conditions
+
+
+def _apply(
+    session: Session,
+    job: LockedJob,
+    action: Action,
+    at: datetime,
+    tier_ids: Mapping[str, uuid.UUID],
+) -> tuple[bool, dict[str, Any]]:
+    """One guarded UPDATE for one action, and the event to record if it matched."""
+    tier_id = tier_ids.get(action.tier)
+    if isinstance(action, StartReservation):
+        if tier_id is None or action.gpus <= 0:
+            return False, {}
+        ok = guarded_update(
+            session,
+            job.id,
+            _QUEUED,
+            Job.reserved_gpus == 0,
+            reserved_gpus=action.gpus,
+            reserved_node_name=action.node,
+            reserved_tier_id=tier_id,
+            reservation_since=at,
+            reservation_last_accrued_at=at,
+        )
+        detail = {"node": action.node, "tier": action.tier, "gpus": action.gpus}
+        return ok, event_row(job.id, at, EventKind.RESERVATION_STARTED, detail=detail)
+    if isinstance(action, AbsorbReservation):
+        ok = guarded_update(
+            session,
+            job.id,
+            _QUEUED,
+            *_reservation_guard(action.node, tier_id, action.total - action.added),
+            reserved_gpus=action.total,
+        )
+        detail = {
+            "node": action.node,
+            "tier": action.tier,
+            "added": action.added,
+            "total": action.total,
+        }
+        return ok, event_row(job.id, at, EventKind.ABSORBED, detail=detail)
+    if isinstance(action, ReleaseReservation):
+        ok = guarded_update(
+            session,
+            job.id,
+            _QUEUED,
+            *_reservation_guard(action.node, tier_id, action.gpus),
+            reserved_gpus=0,
+            reserved_node_name=None,
+            reserved_tier_id=None,
+            reservation_since=None,
+            reservation_last_accrued_at=None,
+        )
+        since = job.reservation_since
+        detail = {
+            "reason": action.reason.value,
+            "node": action.node,
+            "tier": action.tier,
+            "gpus": action.gpus,
+            "since": since.isoformat() if since is not None else None,
+            "held_s": (at - since).total_seconds() if since is not None else None,
+        }
+        return ok, event_row(job.id, at, EventKind.RELEASED, detail=detail)
+    # Dispatch
+    if tier_id is None or action.num_gpus != job.num_gpus:
+        return False, {}
+    ok = guarded_update(
+        session,
+        job.id,
+        _QUEUED,
+        Job.reserved_gpus == 0,
+        Job.attempts == job.attempts,
+        state=JobState.DISPATCHED.value,
+        node_name=action.node,
+        tier_id=tier_id,
+        attempts=job.attempts + 1,
+        dispatched_at=at,
+        executor_id=None,
+        started_at=None,
+        ended_at=None,
+        exit_code=None,
+        reason=None,
+    )
+    detail = {
+        "node": action.node,
+        "tier": action.tier,
+        "gpus": action.num_gpus,
+        "attempt": job.attempts + 1,
+    }
+    return ok, event_row(
+        job.id, at, EventKind.DISPATCHED, _QUEUED, JobState.DISPATCHED.value, detail
+    )
+
+
+def _after(
+    job: LockedJob, action: Action, at: datetime, tier_ids: Mapping[str, uuid.UUID]
+) -> LockedJob:
+    """The locked row as it is after `action` was applied (for the job's next action)."""
+    if isinstance(action, StartReservation):
+        return replace(
+            job,
+            reserved_gpus=action.gpus,
+            reserved_node_name=action.node,
+            reserved_tier_id=tier_ids.get(action.tier),
+            reservation_since=at,
+            reservation_last_accrued_at=at,
+        )
+    if isinstance(action, AbsorbReservation):
+        return replace(job, reserved_gpus=action.total)
+    if isinstance(action, ReleaseReservation):
+        return replace(
+            job,
+            reserved_gpus=0,
+            reserved_node_name=None,
+            reserved_tier_id=None,
+            reservation_since=None,
+            reservation_last_accrued_at=None,
+        )
+    return replace(
+        job,
+        state=JobState.DISPATCHED.value,
+        attempts=job.attempts + 1,
+        node_name=action.node,
+        tier_id=tier_ids.get(action.tier),
+    )
+
+
+def _dispatched(
+    session: Session,
+    dispatched: list[tuple[int, Dispatch, int]],
+    partitions: Mapping[str, str | None],
+) -> list[DispatchedJob]:
+    if not dispatched:
+        return []
+    ids = [job_id for job_id, _, _ in dispatched]
+    info: dict[int, tuple[str, str, str, float | None]] = {}
+    for start in range(0, len(ids), 1000):
+        rows = session.execute(
+            select(Job.id, Job.name, Job.command, User.name, Job.time_limit_s)
+            .join(User, User.id == Job.user_id)
+            .where(Job.id.in_(ids[start : start + 1000]))
+        )
+        for jid, name, command, user, limit_s in rows:
+            info[jid] = (name, command, user, limit_s)
+    out = []
+    for job_id, d, attempt in dispatched:
+        name, command, user, limit_s = info[job_id]
+        out.append(
+            DispatchedJob(
+                job_id=job_id,
+                attempt=attempt,
+                name=name,
+                command=command,
+                user_name=user,
+                node=d.node,
+                tier=d.tier,
+                partition=partitions.get(d.tier),
+                num_gpus=d.num_gpus,
+                time_limit_s=limit_s,
+            )
+        )
+    return out

@@ -1,0 +1,94 @@
+"""Where the database is and how to connect: the URL, the engine and the session factory.
+
+Nothing is built at import time: `database_url()` reads the environment when called, and
+`make_engine()` / `make_sessionmaker()` build what the caller asks for.
+
+SQLite (the default, one workstation) gets foreign keys, WAL, a busy timeout and
+`BEGIN IMMEDIATE` transactions. The last one matters: with deferred transactions two
+writers that both read first deadlock on the upgrade to a write lock and one fails at once
+with "database is locked", busy timeout or not. Taking the write lock at BEGIN makes every
+transaction wait its turn instead, which is what the guarded state transitions rely on.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+DATABASE_URL_ENV = "JPUSHARE_DATABASE_URL"
+SQLITE_PATH_ENV = "JPUSHARE_SQLITE_PATH"
+DEFAULT_SQLITE_PATH = Path("var") / "jpushare.sqlite"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The SQLAlchemy URL of a SQLite file."""
+    return f"sqlite:///{Path(path)}"
+
+
+def database_url(
+    env: Mapping[str, str] | None = None,
+    default_sqlite_path: str | os.PathLike[str] | None = None,
+) -> str:
+    """The database to use: `JPUSHARE_DATABASE_URL`, else a SQLite file.
+
+    The SQLite file is `JPUSHARE_SQLITE_PATH`, else `default_sqlite_path`, else
+    `./var/jpushare.sqlite` (relative to the working directory).
+    """
+    env = os.environ if env is None else env
+    url = env.get(DATABASE_URL_ENV, "").strip()
+    if url:
+        return url
+    path = env.get(SQLITE_PATH_ENV, "").strip() or default_sqlite_path or DEFAULT_SQLITE_PATH
+    return sqlite_url(path)
+
+
+def is_sqlite(url: str | URL) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
+    """An engine for `url` (default: `database_url()`), set up for its backend.
+
+    A SQLite file's parent directory is created if missing.
+    """
+    parsed = make_url(url if url is not None else database_url())
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, echo=echo, connect_args={"timeout": 30.0})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(parsed, echo=echo, pool_pre_ping=True)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Sessions whose objects stay readable after commit (the repository returns records)."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event below emit BEGIN instead of pysqlite.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")

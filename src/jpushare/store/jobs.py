@@ -1,0 +1,229 @@
+"""Jobs as users see them: submit (with the SPEC §2 fit check), read, list, history.
+
+State changes after submission live in `lifecycle.py` (one job at a time) and `cycle.py`
+(the dispatcher's decisions). Job ids are integers here; the policy knows them as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session, aliased
+
+from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
+from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound
+from jpushare.store.inventory import placements, policy_tiers
+from jpushare.store.records import JobEventRecord, JobRecord
+from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab, User
+from jpushare.store.transitions import add_events, event_row
+
+_Tier = aliased(GpuTier, name="placed_tier")
+_ReservedTier = aliased(GpuTier, name="reserved_tier")
+
+
+def policy_job_id(job_id: int) -> str:
+    """The id the policy knows a job by."""
+    return str(job_id)
+
+
+def parse_job_id(value: str | int) -> int:
+    """A job id from the policy or a person ('42', 42); InvalidRequest if it is not one."""
+    try:
+        job_id = int(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"not a job id: {value!r}") from exc
+    if job_id <= 0:
+        raise InvalidRequest(f"not a job id: {value!r}")
+    return job_id
+
+
+def _record_select() -> Select[Job, str, str, str | None, str | None]:
+    return (
+        select(Job, User.name, Lab.name, _Tier.name, _ReservedTier.name)
+        .join(User, User.id == Job.user_id)
+        .join(Lab, Lab.id == Job.lab_id)
+        .outerjoin(_Tier, _Tier.id == Job.tier_id)
+        .outerjoin(_ReservedTier, _ReservedTier.id == Job.reserved_tier_id)
+        .execution_options(populate_existing=True)
+    )
+
+
+def _record(row: Any) -> JobRecord:
+    job, user_name, lab_name, tier_name, reserved_tier_name = row
+    return JobRecord(
+        id=job.id,
+        name=job.name,
+        command=job.command,
+        user_id=job.user_id,
+        user_name=user_name,
+        lab_id=job.lab_id,
+        lab_name=lab_name,
+        num_gpus=job.num_gpus,
+        minimum_tier_sort_order=job.minimum_tier_sort_order,
+        time_limit_s=job.time_limit_s,
+        state=job.state,
+        submitted_at=job.submitted_at,
+        queue_entered_at=job.queue_entered_at,
+        dispatched_at=job.dispatched_at,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        node_name=job.node_name,
+        tier_name=tier_name,
+        executor_id=job.executor_id,
+        attempts=job.attempts,
+        exit_code=job.exit_code,
+        reason=job.reason,
+        run_cost=job.run_cost,
+        reservation_gpu_seconds=job.reservation_gpu_seconds,
+        charged_tflop_s=job.charged_tflop_s,
+        reserved_gpus=job.reserved_gpus,
+        reserved_node_name=job.reserved_node_name,
+        reserved_tier_name=reserved_tier_name,
+        reservation_since=job.reservation_since,
+        reservation_last_accrued_at=job.reservation_last_accrued_at,
+    )
+
+
+def get_job(session: Session, job_id: int) -> JobRecord:
+    """The job, as it is now in this transaction; NotFound if there is none."""
+    row = session.execute(_record_select().where(Job.id == job_id)).one_or_none()
+    if row is None:
+        raise NotFound("job", job_id)
+    return _record(row)
+
+
+def submit_job(
+    session: Session,
+    *,
+    user_id: int,
+    name: str,
+    command: str,
+    num_gpus: int,
+    now: datetime,
+    min_tier: str | None = None,
+    time_limit_s: float | None = None,
+) -> JobRecord:
+    """Queue a job for the user's lab, after the SPEC §2 checks.
+
+    Raises InvalidRequest (num_gpus outside 1-8, unknown tier, empty command), NotFound
+    (no such user) or NoFitPlacement (no placement can ever hold it; nothing is stored).
+    The fit check reads the inventory in the same transaction as the insert.
+    """
+    if not MIN_GPUS <= num_gpus <= MAX_GPUS:
+        raise InvalidRequest(f"num_gpus must be {MIN_GPUS}-{MAX_GPUS}, got {num_gpus}")
+    if not command.strip():
+        raise InvalidRequest("a job needs a command")
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise InvalidRequest(f"time_limit_s must be positive, got {time_limit_s}")
+    user = session.get(User, user_id)
+    if user is None:
+        raise NotFound("user", user_id)
+    tiers = policy_tiers(session)
+    if min_tier is not None:
+        by_name = {t.name: t for t in tiers}
+        if min_tier not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise InvalidRequest(f"unknown tier {min_tier!r} (tiers: {known})")
+        min_sort_order = by_name[min_tier].sort_order
+    else:
+        try:
+            min_sort_order = default_min_sort_order(tiers)
+        except ValueError:  # no auto-assign tier: check_fit below says nothing fits
+            min_sort_order = 0
+    report = check_fit(num_gpus, min_sort_order, tiers, placements(session))
+    if not report.ok:
+        raise NoFitPlacement(report)
+    job = Job(
+        name=name.strip() or command.strip().split()[0][:200],
+        command=command,
+        user_id=user.id,
+        lab_id=user.lab_id,
+        num_gpus=num_gpus,
+        minimum_tier_sort_order=min_sort_order,
+        time_limit_s=time_limit_s,
+        state=JobState.GLOBAL_QUEUE_WAIT.value,
+        submitted_at=now,
+        queue_entered_at=now,
+        attempts=0,
+        run_cost=0.0,
+        charged_tflop_s=0.0,
+        reserved_gpus=0,
+        reservation_gpu_seconds=0.0,
+    )
+    session.add(job)
+    session.flush()
+    detail = {
+        "num_gpus": num_gpus,
+        "min_tier": report.min_tier,
+        "minimum_tier_sort_order": min_sort_order,
+        "fit_placements": report.fit_count,
+    }
+    add_events(
+        session,
+        [
+            event_row(
+                job.id,
+                now,
+                EventKind.SUBMITTED,
+                None,
+                JobState.GLOBAL_QUEUE_WAIT.value,
+                detail,
+            )
+        ],
+    )
+    return get_job(session, job.id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs `list_jobs` returns; every field narrows, None means any."""
+
+    states: tuple[JobState, ...] | None = None
+    lab: str | None = None  # lab name
+    user_id: int | None = None
+    before_id: int | None = None  # paging: only jobs with a smaller id
+    limit: int = 100
+
+
+def list_jobs(session: Session, filters: JobFilter | None = None) -> list[JobRecord]:
+    """Jobs matching `filters`, newest first."""
+    f = filters or JobFilter()
+    stmt = _record_select().order_by(Job.id.desc()).limit(max(1, min(f.limit, 10_000)))
+    if f.states:
+        stmt = stmt.where(Job.state.in_([s.value for s in f.states]))
+    if f.lab is not None:
+        stmt = stmt.where(Lab.name == f.lab)
+    if f.user_id is not None:
+        stmt = stmt.where(Job.user_id == f.user_id)
+    if f.before_id is not None:
+        stmt = stmt.where(Job.id < f.before_id)
+    return [_record(row) for row in session.execute(stmt)]
+
+
+def get_jobs(session: Session, job_ids: Iterable[int]) -> dict[int, JobRecord]:
+    """Several jobs by id (missing ids are left out)."""
+    ids = sorted(set(job_ids))
+    out: dict[int, JobRecord] = {}
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
+        for row in session.execute(_record_select().where(Job.id.in_(chunk))):
+            record = _record(row)
+            out[record.id] = record
+    return out
+
+
+def job_history(session: Session, job_id: int) -> list[JobEventRecord]:
+    """Everything that happened to the job, oldest first; NotFound if there is no job."""
+    if session.get(Job, job_id) is None:
+        raise NotFound("job", job_id)
+    events = session.scalars(
+        select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
+    )
+    return [
+        JobEventRecord(e.id, e.job_id, e.at, e.kind, e.from_state, e.to_state, e.detail)
+        for e in events
+    ]

@@ -1,0 +1,446 @@
+"""One job's life after dispatch (SPEC §5): confirm, start, end, requeue, undo, cancel.
+
+Each function is one guarded transition (see `transitions.py`) and is idempotent: if the
+job is no longer where the caller thinks (another process got there first, or the report
+is about an older attempt), it changes nothing and returns None / False. Pass `attempt`
+whenever the report comes from the executor, so a late report about attempt 1 cannot end
+attempt 2. Whatever ends an attempt charges the lab in the same transaction (SPEC §4).
+
+The caller owns the transaction: nothing here commits.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from jpushare.policy.accounting import run_cost
+from jpushare.policy.model import ReleaseReason
+from jpushare.policy.oom import escalate
+from jpushare.store.errors import InvalidRequest, InvalidTransition, NotFound
+from jpushare.store.inventory import placements, policy_tiers
+from jpushare.store.jobs import get_job
+from jpushare.store.records import Cancelled, Ended, JobRecord
+from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState
+from jpushare.store.times import to_epoch
+from jpushare.store.transitions import (
+    LockedJob,
+    accrue_reservation,
+    add_events,
+    charge_lab,
+    event_row,
+    guarded_update,
+    lock_job,
+    tier_name,
+    tier_tflops,
+)
+
+_ACTIVE = {s.value for s in ACTIVE_STATES}
+
+# What a requeued job forgets about its last attempt (the events keep it).
+_CLEARED_PLACEMENT: dict[str, Any] = {
+    "node_name": None,
+    "tier_id": None,
+    "executor_id": None,
+    "dispatched_at": None,
+    "started_at": None,
+    "ended_at": None,
+}
+
+
+def _active(session: Session, job_id: int, attempt: int | None) -> LockedJob | None:
+    """The locked job if it is DISPATCHED or RUNNING (and on `attempt`, if given)."""
+    job = lock_job(session, job_id)
+    if job is None or job.state not in _ACTIVE:
+        return None
+    if attempt is not None and job.attempts != attempt:
+        return None
+    return job
+
+
+def confirm_dispatch(
+    session: Session, job_id: int, executor_id: str, now: datetime, *, attempt: int | None = None
+) -> bool:
+    """The executor accepted the run: remember its id (the job stays DISPATCHED)."""
+    job = _active(session, job_id, attempt)
+    if job is None or job.state != JobState.DISPATCHED.value:
+        return False
+    if job.executor_id == executor_id:
+        return True
+    ok = guarded_update(session, job_id, job.state, executor_id=executor_id)
+    if ok:
+        add_events(
+            session,
+            [
+                event_row(
+                    job_id,
+                    now,
+                    EventKind.DISPATCH_CONFIRMED,
+                    detail={"executor_id": executor_id, "attempt": job.attempts},
+                )
+            ],
+        )
+    return ok
+
+
+def mark_running(
+    session: Session,
+    job_id: int,
+    started_at: datetime,
+    executor_id: str | None = None,
+    *,
+    attempt: int | None = None,
+) -> bool:
+    """DISPATCHED -> RUNNING: the run really started at `started_at` (run cost counts from
+    there). False if the job is not DISPATCHED (already running, ended, or requeued)."""
+    job = _active(session, job_id, attempt)
+    if job is None or job.state != JobState.DISPATCHED.value:
+        return False
+    values: dict[str, Any] = {"state": JobState.RUNNING.value, "started_at": started_at}
+    if executor_id is not None:
+        values["executor_id"] = executor_id
+    ok = guarded_update(session, job_id, JobState.DISPATCHED.value, **values)
+    if ok:
+        add_events(
+            session,
+            [
+                event_row(
+                    job_id,
+                    started_at,
+                    EventKind.STARTED,
+                    JobState.DISPATCHED.value,
+                    JobState.RUNNING.value,
+                    {"executor_id": executor_id or job.executor_id, "attempt": job.attempts},
+                )
+            ],
+        )
+    return ok
+
+
+def _attempt_cost(
+    session: Session, job: LockedJob, ended_at: datetime, started_at: datetime | None
+) -> float:
+    """Run cost of the attempt that ends now (0 if it never started)."""
+    started = job.started_at or started_at
+    if started is None:
+        return 0.0
+    return run_cost(
+        job.num_gpus, to_epoch(started), to_epoch(ended_at), tier_tflops(session, job.tier_id)
+    )
+
+
+_END_KINDS = {
+    JobState.COMPLETED: EventKind.COMPLETED,
+    JobState.FAILED: EventKind.FAILED,
+    JobState.CANCELLED: EventKind.CANCELLED,
+}
+
+
+def end_job(
+    session: Session,
+    job_id: int,
+    state: JobState,
+    ended_at: datetime,
+    *,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    attempt: int | None = None,
+    started_at: datetime | None = None,
+) -> Ended | None:
+    """A DISPATCHED or RUNNING job ends COMPLETED, FAILED or CANCELLED, and its lab is
+    charged in this transaction: this attempt's run cost plus every reservation cost not
+    yet charged (SPEC §4).
+
+    `started_at` is used when the job was never marked running (it started and ended
+    between two polls). None if the job was not active (or not on `attempt`).
+    """
+    if state not in _END_KINDS:
+        raise InvalidRequest(f"end_job takes COMPLETED, FAILED or CANCELLED, not {state}")
+    job = _active(session, job_id, attempt)
+    if job is None:
+        return None
+    cost = _attempt_cost(session, job, ended_at, started_at)
+    ok = guarded_update(
+        session,
+        job_id,
+        job.state,
+        Job.attempts == job.attempts,
+        state=state.value,
+        ended_at=ended_at,
+        started_at=job.started_at or started_at,
+        exit_code=exit_code,
+        reason=reason,
+        run_cost=Job.run_cost + cost,
+    )
+    if not ok:
+        return None
+    add_events(
+        session,
+        [
+            event_row(
+                job_id,
+                ended_at,
+                _END_KINDS[state],
+                job.state,
+                state.value,
+                {
+                    "exit_code": exit_code,
+                    "reason": reason,
+                    "attempt": job.attempts,
+                    "run_cost": cost,
+                },
+            )
+        ],
+    )
+    charged = charge_lab(session, job_id, ended_at)
+    return Ended(get_job(session, job_id), charged)
+
+
+def fail_dispatch(
+    session: Session, job_id: int, now: datetime, reason: str, *, attempt: int | None = None
+) -> Ended | None:
+    """The executor refused the run for good: DISPATCHED -> FAILED with the reason.
+
+    Its accrued reservation cost is charged (it never ran, so no run cost).
+    """
+    job = lock_job(session, job_id)
+    if job is None or job.state != JobState.DISPATCHED.value:
+        return None
+    return end_job(session, job_id, JobState.FAILED, now, reason=reason, attempt=attempt)
+
+
+def undo_dispatch(
+    session: Session, job_id: int, now: datetime, reason: str, *, attempt: int | None = None
+) -> JobRecord | None:
+    """The executor refused before starting it (e.g. the node just went away): back to the
+    queue, DISPATCHED -> GLOBAL_QUEUE_WAIT, keeping queue_entered_at. Nothing ran, so
+    nothing is charged; `attempts` keeps counting (the next run gets a new attempt number,
+    so it cannot collide with a ghost of this one). None if the job is not DISPATCHED.
+    """
+    job = _active(session, job_id, attempt)
+    if job is None or job.state != JobState.DISPATCHED.value:
+        return None
+    ok = guarded_update(
+        session,
+        job_id,
+        JobState.DISPATCHED.value,
+        Job.attempts == job.attempts,
+        state=JobState.GLOBAL_QUEUE_WAIT.value,
+        reason=reason,
+        **_CLEARED_PLACEMENT,
+    )
+    if not ok:
+        return None
+    add_events(
+        session,
+        [
+            event_row(
+                job_id,
+                now,
+                EventKind.DISPATCH_UNDONE,
+                JobState.DISPATCHED.value,
+                JobState.GLOBAL_QUEUE_WAIT.value,
+                {
+                    "reason": reason,
+                    "attempt": job.attempts,
+                    "node": job.node_name,
+                    "tier": tier_name(session, job.tier_id),
+                },
+            )
+        ],
+    )
+    return get_job(session, job_id)
+
+
+def requeue_after_oom(
+    session: Session,
+    job_id: int,
+    ended_at: datetime,
+    *,
+    attempt: int | None = None,
+    started_at: datetime | None = None,
+    exit_code: int | None = None,
+    reason: str | None = None,
+) -> Ended | None:
+    """SPEC §5 / S10: the attempt ran out of memory. Charge it; raise the minimum tier to
+    the next auto-assign tier above the one it ran on and requeue it keeping
+    queue_entered_at — or, if nothing fits at that minimum, FAILED with the reason.
+    """
+    job = _active(session, job_id, attempt)
+    if job is None:
+        return None
+    ran_on = tier_name(session, job.tier_id)
+    escalation = escalate(job.num_gpus, ran_on or "", policy_tiers(session), placements(session))
+    why = escalation.reason if reason is None else f"{reason}; {escalation.reason}"
+    if not escalation.requeue:
+        return end_job(
+            session,
+            job_id,
+            JobState.FAILED,
+            ended_at,
+            exit_code=exit_code,
+            reason=why,
+            attempt=job.attempts,
+            started_at=started_at,
+        )
+    assert escalation.min_sort_order is not None
+    return _requeue(
+        session,
+        job,
+        ended_at,
+        started_at,
+        EventKind.OOM_REQUEUED,
+        why,
+        exit_code,
+        {
+            "minimum_tier_sort_order": escalation.min_sort_order,
+        },
+        {"ran_on": ran_on, "next_tier": escalation.next_tier},
+    )
+
+
+def requeue_after_node_failure(
+    session: Session,
+    job_id: int,
+    ended_at: datetime,
+    *,
+    attempt: int | None = None,
+    started_at: datetime | None = None,
+    reason: str | None = None,
+) -> Ended | None:
+    """SPEC §5: the node died under the job. Charge the attempt and requeue it keeping
+    queue_entered_at and its minimum tier (no escalation)."""
+    job = _active(session, job_id, attempt)
+    if job is None:
+        return None
+    why = reason or f"node {job.node_name} failed under the job; requeued"
+    return _requeue(
+        session, job, ended_at, started_at, EventKind.NODE_FAIL_REQUEUED, why, None, {}, {}
+    )
+
+
+def _requeue(
+    session: Session,
+    job: LockedJob,
+    ended_at: datetime,
+    started_at: datetime | None,
+    kind: EventKind,
+    reason: str,
+    exit_code: int | None,
+    values: dict[str, Any],
+    detail: dict[str, Any],
+) -> Ended | None:
+    cost = _attempt_cost(session, job, ended_at, started_at)
+    ok = guarded_update(
+        session,
+        job.id,
+        job.state,
+        Job.attempts == job.attempts,
+        state=JobState.GLOBAL_QUEUE_WAIT.value,
+        reason=reason,
+        exit_code=exit_code,
+        run_cost=Job.run_cost + cost,
+        **_CLEARED_PLACEMENT,
+        **values,
+    )
+    if not ok:
+        return None
+    add_events(
+        session,
+        [
+            event_row(
+                job.id,
+                ended_at,
+                kind,
+                job.state,
+                JobState.GLOBAL_QUEUE_WAIT.value,
+                {
+                    "reason": reason,
+                    "attempt": job.attempts,
+                    "node": job.node_name,
+                    "tier": tier_name(session, job.tier_id),
+                    "run_cost": cost,
+                    "exit_code": exit_code,
+                    **values,
+                    **detail,
+                },
+            )
+        ],
+    )
+    charged = charge_lab(session, job.id, ended_at)
+    return Ended(get_job(session, job.id), charged, requeued=True)
+
+
+def cancel_job(
+    session: Session, job_id: int, now: datetime, *, reason: str | None = None
+) -> Cancelled:
+    """Cancel the job, whatever it is doing, and charge its lab (SPEC §4, S11).
+
+    A queued job's reservation is accrued up to now and released (reason `cancel`). A
+    DISPATCHED or RUNNING job is charged its run up to now; the result's `stop_attempt` /
+    `stop_executor_id` tell the caller which run to stop (the executor's own end report
+    will then find the job ended and change nothing).
+    Raises NotFound, or InvalidTransition if the job has ended already.
+    """
+    job = lock_job(session, job_id)
+    if job is None:
+        raise NotFound("job", job_id)
+    state = JobState(job.state)
+    if state.ended:
+        raise InvalidTransition(job_id, job.state, "cancel")
+    why = reason or "cancelled"
+    if state in ACTIVE_STATES:
+        ended = end_job(session, job_id, JobState.CANCELLED, now, reason=why, attempt=job.attempts)
+        assert ended is not None  # the row is locked and active
+        return Cancelled(
+            ended.job, job.state, ended.charged_tflop_s, None, job.attempts, job.executor_id
+        )
+    # Queued: accrue and release the reservation first (S11).
+    released: ReleaseReason | None = None
+    events: list[dict[str, Any]] = []
+    if job.reserved_gpus > 0:
+        accrue_reservation(session, job, now)
+        released = ReleaseReason.CANCEL
+        events.append(
+            event_row(
+                job_id,
+                now,
+                EventKind.RELEASED,
+                detail={
+                    "reason": ReleaseReason.CANCEL.value,
+                    "node": job.reserved_node_name,
+                    "tier": tier_name(session, job.reserved_tier_id),
+                    "gpus": job.reserved_gpus,
+                    "since": job.reservation_since.isoformat() if job.reservation_since else None,
+                },
+            )
+        )
+    ok = guarded_update(
+        session,
+        job_id,
+        JobState.GLOBAL_QUEUE_WAIT.value,
+        state=JobState.CANCELLED.value,
+        ended_at=now,
+        reason=why,
+        reserved_gpus=0,
+        reserved_node_name=None,
+        reserved_tier_id=None,
+        reservation_since=None,
+        reservation_last_accrued_at=None,
+    )
+    assert ok  # the row is locked and queued
+    events.append(
+        event_row(
+            job_id,
+            now,
+            EventKind.CANCELLED,
+            JobState.GLOBAL_QUEUE_WAIT.value,
+            JobState.CANCELLED.value,
+            {"reason": why},
+        )
+    )
+    add_events(session, events)
+    charged = charge_lab(session, job_id, now)
+    return Cancelled(get_job(session, job_id), job.state, charged, released, None, None)

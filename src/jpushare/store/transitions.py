@@ -1,0 +1,225 @@
+"""Guarded job transitions and the bookkeeping that goes with each one.
+
+Every state change is `UPDATE jobs … WHERE id = :id AND state = :expected` (plus whatever
+else must still hold), and is followed, only if it matched a row, by its `job_events` row.
+A stale caller therefore changes nothing: the guard simply matches no row. Callers read
+the row first with `lock_job` (SELECT … FOR UPDATE on PostgreSQL; SQLite transactions
+already hold the write lock from BEGIN IMMEDIATE) so what they compute from it stays true.
+
+Charging follows SPEC §4 with one rule: a job's bill is `run_cost + reservation_gpu_seconds`
+and `charged_tflop_s` is the part already added to the lab, so `charge_lab` adds only the
+difference. Called at every end of an attempt, it makes each TFLOP-second reach the lab
+exactly once, in the transaction that ends the attempt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Result, insert, select, update
+from sqlalchemy.engine import CursorResult
+from sqlalchemy.orm import Session
+
+from jpushare.policy.accounting import job_bill, reservation_accrual
+from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab
+from jpushare.store.times import to_epoch
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE/DELETE matched."""
+    assert isinstance(result, CursorResult)
+    return result.rowcount
+
+
+@dataclass(frozen=True, slots=True)
+class LockedJob:
+    """The columns transitions decide on, read under the row lock."""
+
+    id: int
+    lab_id: int
+    state: str
+    num_gpus: int
+    attempts: int
+    node_name: str | None
+    tier_id: uuid.UUID | None
+    executor_id: str | None
+    started_at: datetime | None
+    run_cost: float
+    charged_tflop_s: float
+    reserved_gpus: int
+    reserved_node_name: str | None
+    reserved_tier_id: uuid.UUID | None
+    reservation_since: datetime | None
+    reservation_last_accrued_at: datetime | None
+    reservation_gpu_seconds: float
+
+
+_LOCK_COLUMNS = (
+    Job.id,
+    Job.lab_id,
+    Job.state,
+    Job.num_gpus,
+    Job.attempts,
+    Job.node_name,
+    Job.tier_id,
+    Job.executor_id,
+    Job.started_at,
+    Job.run_cost,
+    Job.charged_tflop_s,
+    Job.reserved_gpus,
+    Job.reserved_node_name,
+    Job.reserved_tier_id,
+    Job.reservation_since,
+    Job.reservation_last_accrued_at,
+    Job.reservation_gpu_seconds,
+)
+
+
+def lock_jobs(session: Session, job_ids: Iterable[int]) -> dict[int, LockedJob]:
+    """Read and lock these jobs' rows (in id order, so two lockers cannot deadlock)."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    out: dict[int, LockedJob] = {}
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
+        rows: list[Any] = list(
+            session.execute(
+                select(*_LOCK_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()
+            )
+        )
+        for row in rows:
+            job = LockedJob(*row)
+            out[job.id] = job
+    return out
+
+
+def lock_job(session: Session, job_id: int) -> LockedJob | None:
+    return lock_jobs(session, [job_id]).get(job_id)
+
+
+def guarded_update(
+    session: Session, job_id: int, expected_state: str, *conditions: Any, **values: Any
+) -> bool:
+    """UPDATE the job only if it is still in `expected_state` (and `conditions` hold)."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state == expected_state, *conditions)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return rowcount(result) == 1
+
+
+def event_row(
+    job_id: int,
+    at: datetime,
+    kind: EventKind,
+    from_state: str | None = None,
+    to_state: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "at": at,
+        "kind": kind.value,
+        "from_state": from_state,
+        "to_state": to_state,
+        "detail": detail,
+    }
+
+
+def add_events(session: Session, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        session.execute(insert(JobEvent), rows)
+
+
+def tier_tflops(session: Session, tier_id: uuid.UUID | None) -> float:
+    if tier_id is None:
+        return 0.0
+    value = session.scalars(select(GpuTier.tflops).where(GpuTier.id == tier_id)).one_or_none()
+    return float(value or 0.0)
+
+
+def tier_name(session: Session, tier_id: uuid.UUID | None) -> str | None:
+    if tier_id is None:
+        return None
+    return session.scalars(select(GpuTier.name).where(GpuTier.id == tier_id)).one_or_none()
+
+
+def accrue_reservation(session: Session, job: LockedJob, now: datetime) -> float:
+    """Accrue the job's reservation cost up to `now` into the job (SPEC §4); the cost added.
+
+    Used where a reservation ends outside the dispatch cycle (cancel). The job must be
+    locked and queued.
+    """
+    if job.reserved_gpus <= 0 or job.reservation_last_accrued_at is None:
+        return 0.0
+    last = job.reservation_last_accrued_at
+    if now <= last:
+        return 0.0
+    cost = reservation_accrual(
+        job.reserved_gpus,
+        to_epoch(last),
+        to_epoch(now),
+        tier_tflops(session, job.reserved_tier_id),
+    )
+    guarded_update(
+        session,
+        job.id,
+        JobState.GLOBAL_QUEUE_WAIT.value,
+        Job.reservation_last_accrued_at == last,
+        reservation_gpu_seconds=Job.reservation_gpu_seconds + cost,
+        reservation_last_accrued_at=now,
+    )
+    return cost
+
+
+def charge_lab(session: Session, job_id: int, at: datetime) -> float:
+    """Add what the lab has not been charged yet of the job's bill; return that amount.
+
+    SPEC §4: run cost of every attempt plus every accrued reservation, exactly once.
+    """
+    row = session.execute(
+        select(Job.lab_id, Job.run_cost, Job.reservation_gpu_seconds, Job.charged_tflop_s).where(
+            Job.id == job_id
+        )
+    ).one()
+    lab_id, run_total, reservation_total, charged = row.tuple()
+    bill = job_bill(run_total, reservation_total)
+    due = bill - charged
+    if due == 0:
+        return 0.0
+    session.execute(
+        update(Lab)
+        .where(Lab.id == lab_id)
+        .values(cumulative_usage=Lab.cumulative_usage + due)
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(charged_tflop_s=bill)
+        .execution_options(synchronize_session=False)
+    )
+    add_events(
+        session,
+        [
+            event_row(
+                job_id,
+                at,
+                EventKind.CHARGED,
+                detail={
+                    "tflop_s": due,
+                    "run_cost": run_total,
+                    "reservation_cost": reservation_total,
+                    "bill": bill,
+                },
+            )
+        ],
+    )
+    return due
