@@ -253,22 +253,25 @@ def decide(snapshot: Snapshot) -> Decisions:
         if res is not None:
             # (b) grow the reservation with idle GPUs of its own placement.
             rkey = (res.node, res.tier)
-            absorb = min(index.idle[rkey], n - res.gpus)
+            absorb = max(0, min(index.idle[rkey], n - res.gpus))
             if absorb > 0:
                 total = res.gpus + absorb
                 actions.append(AbsorbReservation(job.job_id, res.node, res.tier, absorb, total))
                 index.add(rkey, -absorb)
                 res = Reservation(res.node, res.tier, total, res.since, now)
-                if total >= n:
-                    actions.append(Dispatch(job.job_id, res.node, res.tier, n))
-                    actions.append(
-                        ReleaseReservation(
-                            job.job_id, res.node, res.tier, total, ReleaseReason.FILLED
-                        )
-                    )
-                    blocking = None
-                    continue
                 blocking = (job.job_id, res)
+            # Full, whether it grew now or was already full (e.g. restored by an undo):
+            # SPEC §3 (b) dispatches either way, else the job would hold its GPUs forever.
+            if res.gpus >= n:
+                actions.append(Dispatch(job.job_id, res.node, res.tier, n))
+                actions.append(
+                    ReleaseReservation(
+                        job.job_id, res.node, res.tier, res.gpus, ReleaseReason.FILLED
+                    )
+                )
+                index.add(rkey, res.gpus - n)
+                blocking = None
+                continue
         elif i == 0 and n >= 2:
             # (c) the top multi-GPU job reserves every idle GPU of the first fit placement.
             pick = _first_reservable(job, placements, tiers, index.idle)

@@ -1,0 +1,124 @@
+"""SPEC §3 transcribed line by line, slowly: the oracle the fast `decide` is compared with.
+
+Every list is re-sorted and re-scanned for every job: no index, no cache, nothing clever.
+Only the actions and accruals are modelled (the "why" answers are checked separately).
+Conventions it shares with `decide` where the SPEC leaves them open: a swap lists the
+Dispatch before the ReleaseReservation; a filled reservation lists Absorb, Dispatch, then
+Release(filled); a dispatch under (a) onto the job's own reserved placement is "filled";
+R5 also covers a placement whose reserved GPUs were taken outside JPU-Share (free < held).
+"""
+
+from __future__ import annotations
+
+from jpushare.policy.fit import fits
+from jpushare.policy.model import (
+    AbsorbReservation,
+    AccrueReservation,
+    Action,
+    Dispatch,
+    Placement,
+    QueuedJob,
+    ReleaseReason,
+    ReleaseReservation,
+    Reservation,
+    Snapshot,
+    StartReservation,
+)
+
+Key = tuple[str, str]
+
+
+def reference_decide(
+    snap: Snapshot,
+) -> tuple[tuple[str, ...], tuple[Action, ...], tuple[AccrueReservation, ...]]:
+    """(queue order, actions, accruals) of one cycle, straight from SPEC §3 and §4."""
+    now = snap.now
+    tiers = {t.name: t for t in snap.tiers}
+    placements = {p.key: p for p in snap.placements if p.tier in tiers}
+    queue = sorted(
+        snap.queue, key=lambda j: (snap.lab_usage.get(j.lab, 0.0), j.queue_entered_at, j.job_id)
+    )
+    top = queue[0].job_id if queue else None
+    idle: dict[Key, int] = {k: p.free for k, p in placements.items()}
+    actions: list[Action] = []
+    accruals: list[AccrueReservation] = []
+
+    # R5, R3, and the accrual of every reservation up to now (§4: released ones too).
+    held: dict[str, Reservation] = {}
+    for job in queue:
+        res = job.reservation
+        if res is None:
+            continue
+        tier = tiers.get(res.tier)
+        if now > res.last_accrued_at:
+            tflops = tier.tflops if tier is not None else 0.0
+            accruals.append(
+                AccrueReservation(job.job_id, res.gpus * (now - res.last_accrued_at) * tflops, now)
+            )
+        p = placements.get((res.node, res.tier))
+        if (
+            p is None
+            or tier is None
+            or not p.schedulable
+            or not fits(job.num_gpus, job.min_sort_order, tier, p.capacity)
+            or p.free < res.gpus
+        ):
+            actions.append(_release(job, res, ReleaseReason.R5))
+        elif job.job_id != top:
+            actions.append(_release(job, res, ReleaseReason.R3))
+        else:
+            held[job.job_id] = res
+    for res in held.values():
+        idle[(res.node, res.tier)] -= res.gpus
+
+    def fit(job: QueuedJob) -> list[Placement]:
+        return [
+            p
+            for p in placements.values()
+            if fits(job.num_gpus, job.min_sort_order, tiers[p.tier], p.capacity)
+        ]
+
+    def policy_order(p: Placement) -> tuple[int, int, str, str]:
+        return (-tiers[p.tier].sort_order, -idle[p.key], p.node, p.tier)
+
+    for i, job in enumerate(queue):
+        n = job.num_gpus
+        res = held.get(job.job_id)
+        available = sorted((p for p in fit(job) if idle[p.key] >= n), key=policy_order)
+        if available:  # (a)
+            p = available[0]
+            actions.append(Dispatch(job.job_id, p.node, p.tier, n))
+            idle[p.key] -= n
+            if res is not None:
+                own = (res.node, res.tier) == p.key
+                actions.append(
+                    _release(job, res, ReleaseReason.FILLED if own else ReleaseReason.SWAP)
+                )
+                idle[(res.node, res.tier)] += res.gpus
+            continue
+        if res is not None:  # (b)
+            key = (res.node, res.tier)
+            absorb = max(0, min(idle[key], n - res.gpus))
+            total = res.gpus + absorb
+            if absorb > 0:
+                actions.append(AbsorbReservation(job.job_id, res.node, res.tier, absorb, total))
+                idle[key] -= absorb
+            if total >= n:
+                actions.append(Dispatch(job.job_id, res.node, res.tier, n))
+                actions.append(
+                    ReleaseReservation(job.job_id, res.node, res.tier, total, ReleaseReason.FILLED)
+                )
+                idle[key] += total - n
+            continue
+        if i == 0 and n >= 2:  # (c)
+            reservable = sorted((p for p in fit(job) if idle[p.key] > 0), key=policy_order)
+            if reservable:
+                p = reservable[0]
+                actions.append(StartReservation(job.job_id, p.node, p.tier, idle[p.key]))
+                idle[p.key] = 0
+        # (d) wait
+    return tuple(j.job_id for j in queue), tuple(actions), tuple(accruals)
+
+
+def _release(job: QueuedJob, res: Reservation, reason: ReleaseReason) -> ReleaseReservation:
+    return ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, reason)
