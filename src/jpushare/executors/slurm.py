@@ -1,0 +1,356 @@
+"""`SlurmExecutor`: the Executor that runs JPU-Share's jobs as Slurm batch jobs.
+
+The only code that runs `sinfo`, `sbatch`, `squeue`, `scancel`; every command goes through
+one narrow method (`_run`), every answer through the pure parsers in `slurm_parse`.
+Tested against a real slurmctld + slurmd (scripts/slurm/start-fake-cluster.sh).
+
+How a run maps onto Slurm:
+- name: the Slurm job name `jps-<job_id>-<attempt>` (prefix configurable) carries the
+  JPU-Share job id, so a restarted dispatcher finds its jobs with `squeue` and `submit` is
+  idempotent (it looks the name up before calling sbatch);
+- placement: `--nodelist=<node> --gres=gpu:<GRES type>:<n> [--partition=<tier partition>]`;
+- `--no-requeue`: on a node failure Slurm would requeue the job still pinned to the dead
+  node; instead it ends NODE_FAIL and the dispatcher requeues it (SPEC §5);
+- output: `<log_dir>/jps-<job_id>-<attempt>.out` (stdout and stderr); `log_dir` must be
+  visible from the compute nodes and from the service (a shared file system);
+- the job's environment: sbatch's (the service's, less its JPUSHARE_* settings) plus
+  JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME, JPUSHARE_NODE, as the local executor;
+- GRES types <-> tiers: `gpu_type_to_tier` (GRES type -> tier name, the dispatcher's
+  mapping); a type that is not in it is its own tier name. `inventory` reports GRES types
+  as Slurm names them; `submit` accepts a tier name or a GRES type in `spec.gpu_type`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+
+from jpushare.executors.base import (
+    GpuGroup,
+    LaunchSpec,
+    RunInfo,
+    RunState,
+    SubmitRefused,
+)
+from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
+from jpushare.executors.slurm_parse import (
+    SINFO_FORMAT,
+    SQUEUE_FORMAT,
+    SlurmJob,
+    find_host_oom,
+    parse_run_name,
+    parse_sbatch,
+    parse_sinfo,
+    parse_squeue,
+    run_name,
+    run_state,
+    sbatch_error,
+)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or timed out for a reason other than refusing our job.
+
+    Unlike SubmitRefused this says nothing about the job: after a failed or timed-out
+    sbatch it may exist. The dispatcher retries; `submit` is idempotent.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What a Slurm command answered."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+#: Runs argv with stdin text, environment and a timeout (raises subprocess.TimeoutExpired).
+CommandRunner = Callable[[Sequence[str], str | None, Mapping[str, str], float], CommandResult]
+
+
+def run_command(
+    argv: Sequence[str], stdin: str | None, env: Mapping[str, str], timeout_s: float
+) -> CommandResult:
+    """The real CommandRunner: subprocess, text, no shell."""
+    proc = subprocess.run(
+        list(argv),
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        timeout=timeout_s,
+        check=False,
+    )
+    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmCommands:
+    """Where Slurm's client commands are (names are looked up on PATH)."""
+
+    sbatch: str = "sbatch"
+    squeue: str = "squeue"
+    sinfo: str = "sinfo"
+    scancel: str = "scancel"
+
+
+# sbatch failures that say nothing about the job itself: the controller did not answer.
+_TRANSIENT = re.compile(
+    r"Socket timed out|Unable to contact slurm controller|Connection refused"
+    r"|Zero Bytes were transmitted|Transport endpoint|temporarily unable to accept"
+    r"|Resource temporarily unavailable|Communication connection failure",
+    re.IGNORECASE,
+)
+# scancel answers for a job that is already gone: cancel is idempotent.
+_ALREADY_GONE = re.compile(
+    r"already completing or completed|Invalid job id specified|Job has already finished",
+    re.IGNORECASE,
+)
+# Job ids go into a Slurm job name and a file name: keep them to a safe alphabet.
+_JOB_ID = re.compile(r"[A-Za-z0-9_.:+-]+")
+
+
+class SlurmExecutor:
+    """Runs JPU-Share jobs as Slurm batch jobs pinned to one node and GPU type."""
+
+    def __init__(
+        self,
+        log_dir: Path | str,
+        *,
+        gpu_type_to_tier: Mapping[str, str] | None = None,
+        name_prefix: str = "jps",
+        commands: SlurmCommands | None = None,
+        sbatch_args: Sequence[str] = (),
+        submit_as_user: bool = False,
+        timeout_s: float = 30.0,
+        env: Mapping[str, str] | None = None,
+        runner: CommandRunner = run_command,
+    ) -> None:
+        """
+        log_dir: where job output goes; must be readable here and writable on the nodes.
+        gpu_type_to_tier: GRES type -> tier name where they differ (`{"a100": "a100-80g"}`).
+        name_prefix: first word of the Slurm job names (one per JPU-Share installation).
+        commands: paths to sbatch/squeue/sinfo/scancel.
+        sbatch_args: extra sbatch options for every job (`--account=lab`, `--mem-per-gpu=…`).
+        submit_as_user: pass `--uid=<spec.user>` (needs root; Slurm <= 23.02) so the job
+            runs as the person who submitted it; otherwise jobs run as the service's user.
+        timeout_s: how long one Slurm command may take.
+        env: environment for the commands (default: this process's), e.g. SLURM_CONF.
+        runner: how commands run (tests pass a fake).
+        """
+        self.log_dir = Path(log_dir)
+        self.name_prefix = name_prefix
+        self.commands = commands or SlurmCommands()
+        self.sbatch_args = tuple(sbatch_args)
+        self.submit_as_user = submit_as_user
+        self.timeout_s = timeout_s
+        self._runner = runner
+        self._gpu_type_to_tier = dict(gpu_type_to_tier or {})
+        self._tier_to_gpu_type: dict[str, str] = {}
+        for gres_type, tier in self._gpu_type_to_tier.items():
+            if tier in self._tier_to_gpu_type:
+                raise ValueError(
+                    f"tier {tier!r} is mapped from two GRES types: "
+                    f"{self._tier_to_gpu_type[tier]!r} and {gres_type!r}"
+                )
+            self._tier_to_gpu_type[tier] = gres_type
+        # sbatch hands its environment to the job: keep the service's own settings
+        # (JPUSHARE_DATABASE_URL ...) out of it, as the local executor does.
+        base_env = {
+            k: v
+            for k, v in (os.environ if env is None else env).items()
+            if not k.startswith("JPUSHARE_")
+        }
+        # Slurm prints local times without a zone: make "local" UTC so they parse exactly
+        # (no DST fold), and the standard ISO format whatever the user configured.
+        base_env["TZ"] = "UTC0"
+        base_env["SLURM_TIME_FORMAT"] = "standard"
+        self._env = base_env
+
+    # ------------------------------------------------------------------ commands
+
+    def _run(self, argv: Sequence[str], stdin: str | None = None) -> CommandResult:
+        """Run one Slurm command; SlurmError if it cannot run or times out."""
+        try:
+            return self._runner(argv, stdin, self._env, self.timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{argv[0]} timed out after {self.timeout_s:g} s") from exc
+        except OSError as exc:
+            raise SlurmError(f"cannot run {argv[0]}: {exc}") from exc
+
+    def _checked(self, argv: Sequence[str]) -> str:
+        result = self._run(argv)
+        if result.returncode != 0:
+            msg = result.stderr.strip() or result.stdout.strip()
+            raise SlurmError(f"{' '.join(argv[:2])} failed (rc {result.returncode}): {msg}")
+        return result.stdout
+
+    def _squeue(self, *args: str) -> list[SlurmJob]:
+        out = self._checked([self.commands.squeue, "-h", "-t", "all", *args, "-O", SQUEUE_FORMAT])
+        return parse_squeue(out, UTC)
+
+    # ------------------------------------------------------------------ mapping
+
+    def gres_type(self, gpu_type: str) -> str:
+        """The GRES type to ask sbatch for: a tier name mapped back, else the name itself."""
+        return self._tier_to_gpu_type.get(gpu_type, gpu_type)
+
+    def log_path(self, job_id: str, attempt: int) -> Path:
+        """Where the run's stdout and stderr go."""
+        return self.log_dir / f"{run_name(self.name_prefix, job_id, attempt)}.out"
+
+    # ------------------------------------------------------------------ Executor
+
+    def inventory(self) -> list[GpuGroup]:
+        """One group per node and GRES type; `used` counts every job's GPUs (`GresUsed`)."""
+        out = self._checked([self.commands.sinfo, "-h", "-N", "-O", SINFO_FORMAT])
+        groups: list[GpuGroup] = []
+        for node in parse_sinfo(out):
+            for gres_type, total in sorted(node.gpus.items(), key=lambda kv: kv[0] or ""):
+                used = node.gpus_used.get(gres_type, 0)
+                groups.append(
+                    GpuGroup(
+                        node=node.name,
+                        gpu_type=gres_type or "gpu",  # untyped GRES: `gpu:N`
+                        total=total,
+                        used=min(used, total),
+                        state=node.state,
+                        partitions=node.partitions,
+                    )
+                )
+        return groups
+
+    def submit(self, spec: LaunchSpec) -> str:
+        """sbatch the run pinned to its placement, unless a run of that name exists already."""
+        if not _JOB_ID.fullmatch(spec.job_id):
+            raise ValueError(f"job id {spec.job_id!r} has characters a Slurm job name cannot hold")
+        name = run_name(self.name_prefix, spec.job_id, spec.attempt)
+        existing = self._find_job(name)
+        if existing is not None:
+            return existing.slurm_id
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path(spec.job_id, spec.attempt)
+        gres_type = self.gres_type(spec.gpu_type)
+        gres = f"gpu:{gres_type}:{spec.num_gpus}" if gres_type != "gpu" else f"gpu:{spec.num_gpus}"
+        argv = [
+            self.commands.sbatch,
+            "--parsable",
+            f"--job-name={name}",
+            f"--comment=jpushare job={spec.job_id} attempt={spec.attempt}",
+            f"--nodelist={spec.node}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--gres={gres}",
+            f"--output={log}",
+            "--no-requeue",
+        ]
+        if spec.partition:
+            argv.append(f"--partition={spec.partition}")
+        if spec.time_limit_s is not None:
+            argv.append(f"--time={max(1, math.ceil(spec.time_limit_s / 60))}")
+        if self.submit_as_user and spec.user:
+            argv.append(f"--uid={spec.user}")
+        argv.extend(self.sbatch_args)
+        script = "".join(
+            [
+                "#!/bin/bash\n",
+                f"export JPUSHARE_JOB_ID={shlex.quote(spec.job_id)}\n",
+                f"export JPUSHARE_ATTEMPT={spec.attempt}\n",
+                f"export JPUSHARE_JOB_NAME={shlex.quote(spec.name)}\n",
+                f"export JPUSHARE_NODE={shlex.quote(spec.node)}\n",
+                f"{spec.command}\n",
+            ]
+        )
+        result = self._run(argv, script)
+        if result.returncode != 0:
+            message = sbatch_error(result.stderr or result.stdout)
+            if _TRANSIENT.search(result.stderr):
+                raise SlurmError(f"sbatch failed: {message}")
+            # A refused job can still get an id and a FAILED/BadConstraints record
+            # (RECIPE.md gotcha 11); find()/runs() skip those, so nothing is left behind.
+            raise SubmitRefused(f"Slurm refused the job: {message}")
+        try:
+            return parse_sbatch(result.stdout)
+        except ValueError as exc:
+            raise SlurmError(str(exc)) from exc
+
+    def runs(self) -> list[RunInfo]:
+        """Every Slurm job named by this executor that squeue still shows (MinJobAge)."""
+        out: list[RunInfo] = []
+        for job in self._squeue():
+            key = parse_run_name(job.name, self.name_prefix)
+            if key is None or job.refused:
+                continue
+            out.append(self._run_info(job, *key))
+        return sorted(out, key=lambda r: (r.job_id, r.attempt, int(r.executor_id)))
+
+    def find(self, job_id: str, attempt: int) -> RunInfo | None:
+        job = self._find_job(run_name(self.name_prefix, job_id, attempt))
+        return None if job is None else self._run_info(job, job_id, attempt)
+
+    def cancel(self, executor_id: str) -> None:
+        """scancel; a job that has already ended or is unknown is fine (idempotent)."""
+        result = self._run([self.commands.scancel, executor_id])
+        if result.returncode != 0 and not _ALREADY_GONE.search(result.stderr):
+            raise SlurmError(f"scancel {executor_id} failed: {result.stderr.strip()}")
+
+    def log(self, job_id: str, attempt: int) -> str:
+        try:
+            return self.log_path(job_id, attempt).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # ------------------------------------------------------------------ internals
+
+    def _find_job(self, name: str) -> SlurmJob | None:
+        """The newest Slurm job with this exact name that sbatch did not refuse."""
+        jobs = [j for j in self._squeue(f"--name={name}") if j.name == name and not j.refused]
+        if not jobs:
+            return None
+        return max(jobs, key=lambda j: int(re.sub(r"\D.*", "", j.slurm_id) or 0))
+
+    def _log_tail(self, job_id: str, attempt: int) -> str:
+        try:
+            with self.log_path(job_id, attempt).open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - OOM_SCAN_BYTES))
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _run_info(self, job: SlurmJob, job_id: str, attempt: int) -> RunInfo:
+        state = run_state(job.state)
+        detail = f"Slurm {job.state}" + (f" ({job.reason})" if job.reason else "")
+        if job.exit is not None and state in (RunState.FAILED, RunState.OOM):
+            if job.exit.signal:
+                detail += f", killed by signal {job.exit.signal}"
+            else:
+                detail += f", exit code {job.exit.code}"
+        if state is RunState.FAILED:
+            # A CUDA OOM is a plain non-zero exit to Slurm; without cgroups so is a host
+            # OOM. Both escalate the tier (SPEC §5).
+            tail = self._log_tail(job_id, attempt)
+            oom_line = find_cuda_oom(tail) or find_host_oom(tail)
+            if oom_line is not None:
+                state = RunState.OOM
+                detail += f"; out of memory: {oom_line}"
+        started = state is not RunState.PENDING and job.nodes is not None
+        return RunInfo(
+            job_id=job_id,
+            attempt=attempt,
+            executor_id=job.slurm_id,
+            state=state,
+            node=job.nodes,
+            started_at=job.started_at if started else None,
+            ended_at=job.ended_at if state.ended else None,
+            exit_code=job.exit.shell_code if state.ended and job.exit is not None else None,
+            reason=detail,
+        )
