@@ -153,7 +153,7 @@ class ExecutorContract:
             target.executor.cancel(executor_id)
 
     def test_a_short_job_runs_and_completes_with_its_times(self, target: ContractTarget) -> None:
-        spec = target.spec("echo hello-from-the-job; sleep 0.5")
+        spec = target.spec("echo hello-from-the-job; sleep 1")
         target.submit(spec)
         assert target.run(spec).state in (RunState.PENDING, RunState.RUNNING)
 

@@ -110,7 +110,7 @@ class TestRestart:
     def test_a_new_executor_readopts_a_running_job_and_sees_its_exit_code(
         self, state_dir: Path
     ) -> None:
-        assert run_dying_service(state_dir, "j1", "sleep 1; exit 7") == 0
+        assert run_dying_service(state_dir, "j1", "sleep 2; exit 7") == 0
 
         ex = LocalExecutor(state_dir, gpus=gpus())
         running = ex.find("j1", 1)
@@ -244,7 +244,7 @@ class TestGpuIndices:
 
 class TestStopping:
     def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(self, state_dir: Path) -> None:
-        ex = LocalExecutor(state_dir, gpus=gpus(), cancel_grace_s=0.3)
+        ex = LocalExecutor(state_dir, gpus=gpus(), cancel_grace_s=1.0)
         ex.submit(spec("h", "trap '' TERM; echo ready; while :; do sleep 0.05; done"))
         wait_for(lambda: "ready" in ex.log("h", 1), WAIT_S)
         pgid = record(state_dir, "h")["pgid"]

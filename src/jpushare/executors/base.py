@@ -73,7 +73,7 @@ class RunInfo:
 
     job_id: str
     attempt: int
-    executor_id: str  # Slurm job id, or the local process group id
+    executor_id: str  # Slurm job id, or the local run key `<job id>.<attempt>`
     state: RunState
     node: str | None = None
     started_at: float | None = None  # when it really started (run cost is charged from here)
