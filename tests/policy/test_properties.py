@@ -1,8 +1,10 @@
-"""Hypothesis properties of one dispatch cycle on random snapshots (issue 2, "Tests").
+"""Hypothesis properties of the policy (issue 2, "Tests").
 
-Random tiers (some not auto-assign, some sharing a sort order), placements with busy GPUs
-and down nodes, a queue over a few labs with tied usage and entry times, and either no
-reservation, one reservation that is valid for its placement, or several stale ones.
+One cycle on random snapshots: random tiers (some not auto-assign, some sharing a sort
+order), placements with busy GPUs and down nodes, a queue over a few labs with tied usage
+and entry times, and either no reservation, one reservation that is valid for its
+placement, or several stale ones. Then random event sequences (submit, finish, OOM,
+cancel, node down/up) replayed by the simulator, every cycle checked, usage conserved.
 """
 
 from __future__ import annotations
@@ -10,19 +12,26 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jpushare.policy import (
+    AbsorbReservation,
+    Decisions,
+    Dispatch,
     Placement,
     QueuedJob,
+    ReleaseReservation,
     Reservation,
     Snapshot,
+    StartReservation,
     Tier,
     decide,
     queue_order,
 )
 from jpushare.policy.fit import fits
+from jpushare.sim import ClusterSpec, JobState, NodeEvent, TraceJob, simulate
 from tests.policy.invariants import check_cycle
 from tests.policy.reference import reference_decide
 
@@ -155,3 +164,166 @@ def test_the_same_snapshot_in_any_list_order_gives_the_same_decisions(
     shuffled = Snapshot(tuple(tiers_), tuple(placements), tuple(queue), dict(labs), snap.now)
 
     assert decide(shuffled) == decide(snap)
+
+
+# -- Over random event sequences, through the simulator ---------------------------------------
+
+EVENT_SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+FINAL = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED}
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[ClusterSpec, tuple[TraceJob, ...]]:
+    """A small cluster with node outages (each node comes back) and a trace that submits,
+    finishes, runs out of memory and cancels."""
+    tier_list = (
+        Tier("t10", 34.1, 10),
+        Tier("t20", 82.6, 20, max_gpus=draw(st.sampled_from([4, 8]))),
+        Tier("t25", 312.0, 25, auto_assign=False),
+        Tier("t30", 104.8, 30),
+    )
+    placements = []
+    for n in range(draw(st.integers(1, 4))):
+        for tier in draw(
+            st.lists(
+                st.sampled_from(["t10", "t20", "t25", "t30"]), min_size=1, max_size=2, unique=True
+            )
+        ):
+            placements.append(Placement(f"node{n}", tier, draw(st.sampled_from([1, 2, 4, 8]))))
+    placements.sort(key=lambda p: p.key)
+    nodes = sorted({p.node for p in placements})
+    events: list[NodeEvent] = []
+    for node in draw(st.lists(st.sampled_from(nodes), max_size=3)):
+        down = float(draw(st.integers(0, 400)))
+        up = down + float(draw(st.integers(1, 300)))
+        events += [NodeEvent(down, node, "down"), NodeEvent(up, node, "up")]
+    events.sort(key=lambda e: e.time)
+    labs = {lab: float(draw(st.sampled_from([0, 5_000, 20_000]))) for lab in LABS}
+    jobs = []
+    for i in range(draw(st.integers(1, 12))):
+        submit = float(draw(st.integers(0, 300)))
+        delay = draw(st.none() | st.integers(0, 600))
+        cancel = None if delay is None else submit + delay
+        jobs.append(
+            TraceJob(
+                job_id=f"job{i:02d}",
+                submit_time=submit,
+                duration=float(draw(st.integers(1, 400))),
+                num_gpus=draw(st.sampled_from([1, 1, 2, 2, 3, 4, 8])),
+                lab=draw(st.sampled_from(LABS)),
+                min_tier=draw(st.sampled_from([None, None, "t10", "t20", "t30"])),
+                cancel_time=cancel,
+                oom_on=frozenset(
+                    draw(st.lists(st.sampled_from(["t10", "t20", "t30"]), max_size=2))
+                ),
+            )
+        )
+    return ClusterSpec(tier_list, tuple(placements), labs, tuple(events)), tuple(jobs)
+
+
+class _Ledger:
+    """GPU-seconds held, rebuilt from what the observer sees, independently of the engine."""
+
+    def __init__(self, cluster: ClusterSpec, jobs: tuple[TraceJob, ...]) -> None:
+        self.tflops = {t.name: t.tflops for t in cluster.tiers}
+        self.specs = {j.job_id: j for j in jobs}
+        self.cluster = cluster
+        self.holding: dict[str, tuple[str, int, float]] = {}  # job -> (tier, gpus, since)
+        self.reserved_cost: dict[str, float] = dict.fromkeys(self.specs, 0.0)
+        self.reserved_gpu_s = 0.0
+        self.dispatches: dict[str, list[Dispatch]] = {j: [] for j in self.specs}
+        self.starts: dict[str, list[float]] = {j: [] for j in self.specs}
+        self.cycles = 0
+
+    def _close(self, job_id: str, at: float) -> None:
+        tier, gpus, since = self.holding.pop(job_id)
+        self.reserved_cost[job_id] += gpus * (at - since) * self.tflops[tier]
+        self.reserved_gpu_s += gpus * (at - since)
+
+    def observe(self, snap: Snapshot, d: Decisions) -> None:
+        check_cycle(snap, d)
+        self.cycles += 1
+        queued = {j.job_id: j for j in snap.queue}
+        for job_id in list(self.holding):
+            if job_id not in queued:  # it left the queue between cycles: only a cancel can
+                cancel = self.specs[job_id].cancel_time
+                assert cancel is not None and cancel <= snap.now
+                self._close(job_id, cancel)
+        for job_id, (_, gpus, _) in self.holding.items():
+            res = queued[job_id].reservation
+            assert res is not None and res.gpus == gpus, "the engine lost a reservation"
+        for a in d.actions:
+            if isinstance(a, StartReservation):
+                self.holding[a.job_id] = (a.tier, a.gpus, snap.now)
+            elif isinstance(a, AbsorbReservation):
+                self._close(a.job_id, snap.now)
+                self.holding[a.job_id] = (a.tier, a.total, snap.now)
+            elif isinstance(a, ReleaseReservation):
+                self._close(a.job_id, snap.now)
+            elif isinstance(a, Dispatch):
+                self.dispatches[a.job_id].append(a)
+                self.starts[a.job_id].append(snap.now)
+
+    def attempt_end(self, job_id: str, start: float, node: str) -> float:
+        """When an attempt started at `start` on `node` must end: completion, cancel or the
+        node going down, whichever comes first."""
+        spec = self.specs[job_id]
+        ends = [start + spec.duration]
+        if spec.cancel_time is not None and spec.cancel_time > start:
+            ends.append(spec.cancel_time)
+        ends += [
+            e.time
+            for e in self.cluster.events
+            if e.node == node and e.state == "down" and e.time > start
+        ]
+        return min(ends)
+
+
+@EVENT_SETTINGS
+@given(workloads())
+def test_every_cycle_of_a_replay_keeps_the_invariants_and_usage_is_conserved(
+    workload: tuple[ClusterSpec, tuple[TraceJob, ...]],
+) -> None:
+    cluster, jobs = workload
+    ledger = _Ledger(cluster, jobs)
+
+    result = simulate(cluster, jobs, "reservation", 5.0, observer=ledger.observe)
+
+    assert ledger.cycles == result.cycles_run
+    assert ledger.holding == {}, "a reservation outlived the replay"
+    by_tier = {t.name: t for t in cluster.tiers}
+    run_gpu_s = 0.0
+    for record in result.jobs:
+        assert record.state in FINAL, f"{record.job_id} never ended: {record.state}"
+        spec = ledger.specs[record.job_id]
+        # Each attempt is one observed Dispatch: one placement, every GPU the job asked for.
+        assert [(a.start, a.node, a.tier) for a in record.attempts] == [
+            (t, dsp.node, dsp.tier)
+            for t, dsp in zip(
+                ledger.starts[record.job_id], ledger.dispatches[record.job_id], strict=True
+            )
+        ]
+        expected_run = 0.0
+        for a in record.attempts:
+            end = ledger.attempt_end(record.job_id, a.start, a.node)
+            assert a.end == end
+            assert a.num_gpus == spec.num_gpus
+            expected_run += a.num_gpus * (end - a.start) * by_tier[a.tier].tflops
+            run_gpu_s += a.num_gpus * (end - a.start)
+        assert record.run_cost == pytest.approx(expected_run)
+        assert record.reservation_cost == pytest.approx(ledger.reserved_cost[record.job_id])
+        assert record.billed == pytest.approx(record.run_cost + record.reservation_cost)
+
+    # Conservation (SPEC §4): every GPU-second held, running or reserved, reached its lab's
+    # usage exactly once, lab by lab.
+    for lab in set(result.lab_usage) | set(result.initial_lab_usage):
+        grew = result.lab_usage.get(lab, 0.0) - result.initial_lab_usage.get(lab, 0.0)
+        held = sum(r.run_cost + ledger.reserved_cost[r.job_id] for r in result.jobs if r.lab == lab)
+        assert grew == pytest.approx(held, rel=1e-9, abs=1e-6)
+    assert result.running_gpu_s == pytest.approx(run_gpu_s)
+    assert result.reserved_gpu_s == pytest.approx(ledger.reserved_gpu_s)
