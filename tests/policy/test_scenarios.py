@@ -273,7 +273,9 @@ def test_s5_r3_releases_the_reservation_when_another_lab_overtakes_cost_waits_fo
     assert job(snap, "jobA").reservation is None
     assert d.why["jobA"].code is WhyCode.WAITING_FOR_PRIORITY
     assert d.why["jobA"].rank == 1
+    assert "ranked 2 of 2 behind top job jobK" in d.why["jobA"].sentence
     assert d.why["jobK"].code is WhyCode.RESERVING
+    assert "1 of 2 GPUs on node-p (rtx4090) since t=300" in d.why["jobK"].sentence
 
     # T+15 min: KDG's other jobs have run and ended elsewhere: KDG 60k > BCG 32k again.
     usage = {"BCG": 32_000.0, "KDG": 60_000.0}
@@ -454,6 +456,10 @@ def test_s9_single_gpu_jobs_run_beside_a_reservation_on_gpus_the_top_job_cannot_
     assert d.why["jobD"].code is WhyCode.BEHIND_RESERVATION
     assert d.why["jobD"].blocking_job_id == "jobA"
     assert d.why["jobD"].blocking_reservation == held
+    assert d.why["jobD"].sentence == (
+        "It is ranked 4 of 4; the idle GPUs it could use are reserved by the top job jobA "
+        "(1 GPU on node-p, rtx4090), which no lower-ranked job may take (R4)."
+    )
 
 
 # S10 --------------------------------------------------------------------------------------
@@ -693,6 +699,10 @@ def test_s15_a_burst_of_jobs_from_one_lab_rotates_with_another_lab_as_usage_is_c
     d = decide(snap)
     assert d.actions == ()
     assert d.why["A2"].code is WhyCode.WAITING_FOR_GPUS
+    assert d.why["A2"].sentence == (
+        "It is the top job; it needs 2 GPUs on one placement and the best of its "
+        "1 fit placements has 0 idle."
+    )
     assert d.why["K1"].code is WhyCode.WAITING_FOR_PRIORITY
     assert d.why["K1"].rank == 4
 
