@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
@@ -41,7 +42,7 @@ class World:
 
 
 @pytest.fixture
-def world(sessions: sessionmaker[Session]) -> World:
+def world(sessions: sessionmaker[Session]) -> World:  # noqa: F811 (the fixture)
     with sessions.begin() as s:
         store.upsert_tiers(s, TIERS)
         store.sync_inventory(s, GROUPS, T0)
@@ -51,3 +52,40 @@ def world(sessions: sessionmaker[Session]) -> World:
         bob = store.create_user(s, "bob", "beta", "student", T0)
         root = store.create_user(s, "root", "alpha", "admin", T0)
     return World(sessions, alice, bob, root)
+
+
+def at(seconds: float) -> datetime:
+    """T0 + seconds."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def submit(
+    world: World,
+    user: store.UserRecord,
+    num_gpus: int,
+    *,
+    seconds: float = 0.0,
+    min_tier: str | None = None,
+) -> int:
+    """Submit a job in its own transaction; its id."""
+    with world.sessions.begin() as s:
+        job = store.submit_job(
+            s,
+            user_id=user.id,
+            name=f"{user.name}-{num_gpus}",
+            command="python train.py",
+            num_gpus=num_gpus,
+            now=at(seconds),
+            min_tier=min_tier,
+        )
+    return job.id
+
+
+def dump(factory: sessionmaker[Session]) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the tables a cycle or transition may change, for whole comparisons."""
+    out: dict[str, list[tuple[object, ...]]] = {}
+    with factory() as s:
+        for table in ("jobs", "job_events", "labs"):
+            rows = s.execute(text(f"SELECT * FROM {table} ORDER BY id")).all()
+            out[table] = [tuple(r) for r in rows]
+    return out

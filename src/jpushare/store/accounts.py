@@ -119,7 +119,7 @@ def list_users(session: Session, lab: str | None = None) -> list[UserRecord]:
     stmt = select(User, Lab.name).join(Lab, Lab.id == User.lab_id).order_by(User.name)
     if lab is not None:
         stmt = stmt.where(Lab.name == lab)
-    return [_user_record(u, lab_name) for u, lab_name in session.execute(stmt).tuples()]
+    return [_user_record(u, lab_name) for u, lab_name in session.execute(stmt)]
 
 
 # --- tokens ------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import DateTime, Table, bindparam, select, type_coerce, update
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import reservation_accrual
@@ -33,13 +33,23 @@ from jpushare.policy.model import (
     StartReservation,
     Tier,
 )
+from jpushare.store.errors import ConcurrentUpdate
 from jpushare.store.inventory import PlacementKey, placements
 from jpushare.store.records import DispatchedJob, Recorded
 from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState, Lab, User
 from jpushare.store.times import from_epoch, to_epoch
-from jpushare.store.transitions import LockedJob, add_events, event_row, guarded_update, lock_jobs
+from jpushare.store.transitions import (
+    LockedJob,
+    add_events,
+    event_row,
+    guarded_update,
+    lock_jobs,
+    rowcount,
+)
 
 _QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
+_JOBS = cast(Table, Job.__table__)
+_C = _JOBS.c
 
 
 def load_snapshot(
@@ -74,21 +84,27 @@ def load_snapshot(
         lab_names[lab_id] = lab_name
         lab_usage[lab_name] = usage
 
+    # The queue: Core columns (no ORM row loading), and queue_entered_at without the
+    # UtcDateTime round trip: 10,000 rows must load fast (see the module docstring).
     queue: list[QueuedJob] = []
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.lab_id,
-            Job.num_gpus,
-            Job.minimum_tier_sort_order,
-            Job.queue_entered_at,
-            Job.time_limit_s,
-            Job.reserved_gpus,
-            Job.reserved_node_name,
-            Job.reserved_tier_id,
-            Job.reservation_since,
-            Job.reservation_last_accrued_at,
-        ).where(Job.state == _QUEUED)
+    rows = (
+        session.connection()
+        .execute(
+            select(
+                _C.id,
+                _C.lab_id,
+                _C.num_gpus,
+                _C.minimum_tier_sort_order,
+                type_coerce(_C.queue_entered_at, DateTime(timezone=True)),
+                _C.time_limit_s,
+                _C.reserved_gpus,
+                _C.reserved_node_name,
+                _C.reserved_tier_id,
+                _C.reservation_since,
+                _C.reservation_last_accrued_at,
+            ).where(_C.state == _QUEUED)
+        )
+        .all()
     )
     for jid, lab_id, n, min_order, entered, limit_s, r_gpus, r_node, r_tier, since, last in rows:
         reservation = None
@@ -107,7 +123,9 @@ def load_snapshot(
                 lab=lab_names[lab_id],
                 num_gpus=n,
                 min_sort_order=min_order,
-                queue_entered_at=to_epoch(entered),
+                queue_entered_at=(
+                    entered if entered.tzinfo else entered.replace(tzinfo=UTC)
+                ).timestamp(),
                 reservation=reservation,
                 time_limit_s=limit_s,
             )
@@ -168,22 +186,67 @@ def held_by_jobs(session: Session) -> dict[PlacementKey, int]:
 _ACTION_RANK = {AbsorbReservation: 0, ReleaseReservation: 1, StartReservation: 2, Dispatch: 3}
 
 
+def _guarded(*conditions: Any) -> Any:
+    return update(_JOBS).where(_C.id == bindparam("b_id"), _C.state == _QUEUED, *conditions)
+
+
+_RESERVATION_MATCHES = (
+    _C.reserved_gpus == bindparam("b_gpus"),
+    _C.reserved_node_name == bindparam("b_node"),
+    _C.reserved_tier_id == bindparam("b_tier"),
+)
+_CLEAR_RESERVATION: dict[str, Any] = {
+    "reserved_gpus": 0,
+    "reserved_node_name": None,
+    "reserved_tier_id": None,
+    "reservation_since": None,
+    "reservation_last_accrued_at": None,
+}
+# One guarded UPDATE per kind of action, run once for all jobs (executemany).
+_STATEMENTS: dict[type, Any] = {
+    AbsorbReservation: _guarded(*_RESERVATION_MATCHES).values(reserved_gpus=bindparam("b_total")),
+    ReleaseReservation: _guarded(*_RESERVATION_MATCHES).values(**_CLEAR_RESERVATION),
+    StartReservation: _guarded(_C.reserved_gpus == 0).values(
+        reserved_gpus=bindparam("b_gpus"),
+        reserved_node_name=bindparam("b_node"),
+        reserved_tier_id=bindparam("b_tier"),
+        reservation_since=bindparam("b_at"),
+        reservation_last_accrued_at=bindparam("b_at"),
+    ),
+    Dispatch: _guarded(_C.reserved_gpus == 0, _C.attempts == bindparam("b_attempts")).values(
+        state=JobState.DISPATCHED.value,
+        node_name=bindparam("b_node"),
+        tier_id=bindparam("b_tier"),
+        attempts=bindparam("b_attempts") + 1,
+        dispatched_at=bindparam("b_at"),
+        executor_id=None,
+        started_at=None,
+        ended_at=None,
+        exit_code=None,
+        reason=None,
+    ),
+}
+
+
 def record_decisions(
     session: Session, decisions: Decisions, now: datetime | None = None
 ) -> Recorded:
     """Apply one cycle's decisions in the caller's transaction; return what was applied.
 
-    1. Lock every job the decisions name (id order).
-    2. Accruals: the reservation's cost from its `reservation_last_accrued_at` (as stored,
-       so a stale or repeated decision cannot accrue twice) to the decision's time, with
+    1. Lock every job the decisions name (SELECT … FOR UPDATE, id order).
+    2. Accruals: the reservation's cost from its `reservation_last_accrued_at` as stored
+       (so a stale or repeated decision cannot accrue twice) to the decision's time, with
        the policy's own `reservation_accrual`; the lab is not touched (SPEC §4).
-    3. Actions, per job in a guard-safe order: absorb, release, start, dispatch. Each is an
-       UPDATE guarded by state GLOBAL_QUEUE_WAIT and the reservation it expects; a
-       dispatch sets DISPATCHED, the placement, attempts + 1 and dispatched_at.
-    4. One job event per applied action.
+    3. Check each action against the locked row, per job in a guard-safe order (absorb,
+       release, start, dispatch); one that no longer matches (stale) is skipped.
+    4. Apply the rest: per kind one UPDATE … WHERE id = :id AND state = 'GLOBAL_QUEUE_WAIT'
+       AND <the reservation it expects>, sent as one batch. A dispatch sets DISPATCHED,
+       the placement, attempts + 1 and dispatched_at. The guards cannot fail under the
+       row locks; if one ever does, ConcurrentUpdate is raised and the caller rolls back.
+    5. One job event per applied action.
 
     `now` stamps the events and dispatch times (default: the decisions' own time).
-    The dispatcher must start only `Recorded.dispatched`, never `decisions.dispatches()`.
+    The dispatcher starts only `Recorded.dispatched`, never `decisions.dispatches()`.
     """
     at = now if now is not None else from_epoch(decisions.now)
     by_job: dict[int, list[Action]] = defaultdict(list)
@@ -191,46 +254,54 @@ def record_decisions(
         by_job[int(action.job_id)].append(action)
     accruals = {int(a.job_id): a for a in decisions.accruals}
     locked = lock_jobs(session, set(by_job) | set(accruals))
-    tier_rows = session.execute(select(GpuTier.id, GpuTier.name, GpuTier.tflops, GpuTier.partition))
     tier_ids: dict[str, uuid.UUID] = {}
     tflops: dict[uuid.UUID, float] = {}
     partitions: dict[str, str | None] = {}
-    for tid, name, tf, partition in tier_rows:
+    for tid, name, tf, partition in session.execute(
+        select(GpuTier.id, GpuTier.name, GpuTier.tflops, GpuTier.partition)
+    ):
         tier_ids[name] = tid
         tflops[tid] = tf
         partitions[name] = partition
 
-    events: list[dict[str, Any]] = []
+    # 2. Accruals (one reservation at a time in practice: row by row).
     accrued_total = 0.0
     for job_id, accrual in sorted(accruals.items()):
         job = locked.get(job_id)
-        if job is None:
-            continue
-        cost = _accrue(session, job, from_epoch(accrual.accrued_to), tflops)
-        accrued_total += cost
+        if job is not None:
+            accrued_total += _accrue(session, job, from_epoch(accrual.accrued_to), tflops)
 
+    # 3. Check every action against the locked rows.
     applied: list[Action] = []
     skipped: list[Action] = []
-    dispatched_ids: list[tuple[int, Dispatch, int]] = []
+    params: dict[type, list[dict[str, Any]]] = defaultdict(list)
+    events: list[dict[str, Any]] = []
+    dispatched: list[tuple[int, Dispatch, int]] = []
     for job_id in sorted(by_job):
         job = locked.get(job_id)
-        actions = sorted(by_job[job_id], key=lambda a: _ACTION_RANK[type(a)])
-        for action in actions:
-            if job is None:
+        for action in sorted(by_job[job_id], key=lambda a: _ACTION_RANK[type(a)]):
+            tier_id = tier_ids.get(action.tier)
+            if job is None or tier_id is None or not _still_valid(job, action, tier_id):
                 skipped.append(action)
                 continue
-            ok, event = _apply(session, job, action, at, tier_ids)
-            if not ok:
-                skipped.append(action)
-                continue
+            params[type(action)].append(_params(job, action, tier_id, at))
+            events.append(_event(job, action, at))
             applied.append(action)
-            events.append(event)
             if isinstance(action, Dispatch):
-                dispatched_ids.append((job_id, action, job.attempts + 1))
-            job = _after(job, action, at, tier_ids)
+                dispatched.append((job_id, action, job.attempts + 1))
+            job = _after(job, action, tier_id, at)
+
+    # 4. and 5. Apply, kind by kind in the guard-safe order, then the events.
+    for kind in sorted(params, key=lambda k: _ACTION_RANK[k]):
+        batch = params[kind]
+        matched = rowcount(session.execute(_STATEMENTS[kind], batch))
+        if matched != len(batch):
+            raise ConcurrentUpdate(
+                f"{kind.__name__}: {matched} of {len(batch)} guarded updates matched"
+            )
     add_events(session, events)
     return Recorded(
-        dispatched=tuple(_dispatched(session, dispatched_ids, partitions)),
+        dispatched=tuple(_dispatched(session, dispatched, partitions)),
         applied=tuple(applied),
         skipped=tuple(skipped),
         accrued_tflop_s=accrued_total,
@@ -262,65 +333,57 @@ def _accrue(
     return cost if ok else 0.0
 
 
-def _reservation_guard(node: str, tier_id: uuid.UUID | None, gpus: int) -> tuple[Any, ...]:
-    conditions: tuple[Any, ...] = (Job.reserved_gpus == gpus, Job.reserved_node_name == node)
-    if tier_id is not None:
-        conditions += (Job.reserved_tier_id == tier_id,)
-    return conditions
-
-
-def _apply(
-    session: Session,
-    job: LockedJob,
-    action: Action,
-    at: datetime,
-    tier_ids: Mapping[str, uuid.UUID],
-) -> tuple[bool, dict[str, Any]]:
-    """One guarded UPDATE for one action, and the event to record if it matched."""
-    tier_id = tier_ids.get(action.tier)
+def _still_valid(job: LockedJob, action: Action, tier_id: uuid.UUID) -> bool:
+    """Does the action still apply to the job as it is now (locked)?"""
+    if job.state != _QUEUED:
+        return False
     if isinstance(action, StartReservation):
-        if tier_id is None or action.gpus <= 0:
-            return False, {}
-        ok = guarded_update(
-            session,
-            job.id,
-            _QUEUED,
-            Job.reserved_gpus == 0,
-            reserved_gpus=action.gpus,
-            reserved_node_name=action.node,
-            reserved_tier_id=tier_id,
-            reservation_since=at,
-            reservation_last_accrued_at=at,
-        )
-        detail = {"node": action.node, "tier": action.tier, "gpus": action.gpus}
-        return ok, event_row(job.id, at, EventKind.RESERVATION_STARTED, detail=detail)
+        return job.reserved_gpus == 0 and 0 < action.gpus <= job.num_gpus
     if isinstance(action, AbsorbReservation):
-        ok = guarded_update(
-            session,
-            job.id,
-            _QUEUED,
-            *_reservation_guard(action.node, tier_id, action.total - action.added),
-            reserved_gpus=action.total,
+        return (
+            job.reserved_gpus == action.total - action.added
+            and job.reserved_node_name == action.node
+            and job.reserved_tier_id == tier_id
+            and action.added > 0
+            and action.total <= job.num_gpus
         )
+    if isinstance(action, ReleaseReservation):
+        return (
+            job.reserved_gpus == action.gpus
+            and action.gpus > 0
+            and job.reserved_node_name == action.node
+            and job.reserved_tier_id == tier_id
+        )
+    return job.reserved_gpus == 0 and action.num_gpus == job.num_gpus
+
+
+def _params(job: LockedJob, action: Action, tier_id: uuid.UUID, at: datetime) -> dict[str, Any]:
+    """The bound values of the action's guarded UPDATE (see _STATEMENTS)."""
+    p: dict[str, Any] = {"b_id": job.id, "b_node": action.node, "b_tier": tier_id}
+    if isinstance(action, StartReservation):
+        p |= {"b_gpus": action.gpus, "b_at": at}
+    elif isinstance(action, AbsorbReservation):
+        p |= {"b_gpus": action.total - action.added, "b_total": action.total}
+    elif isinstance(action, ReleaseReservation):
+        p |= {"b_gpus": action.gpus}
+    else:
+        p |= {"b_attempts": job.attempts, "b_at": at}
+    return p
+
+
+def _event(job: LockedJob, action: Action, at: datetime) -> dict[str, Any]:
+    if isinstance(action, StartReservation):
+        detail = {"node": action.node, "tier": action.tier, "gpus": action.gpus}
+        return event_row(job.id, at, EventKind.RESERVATION_STARTED, detail=detail)
+    if isinstance(action, AbsorbReservation):
         detail = {
             "node": action.node,
             "tier": action.tier,
             "added": action.added,
             "total": action.total,
         }
-        return ok, event_row(job.id, at, EventKind.ABSORBED, detail=detail)
+        return event_row(job.id, at, EventKind.ABSORBED, detail=detail)
     if isinstance(action, ReleaseReservation):
-        ok = guarded_update(
-            session,
-            job.id,
-            _QUEUED,
-            *_reservation_guard(action.node, tier_id, action.gpus),
-            reserved_gpus=0,
-            reserved_node_name=None,
-            reserved_tier_id=None,
-            reservation_since=None,
-            reservation_last_accrued_at=None,
-        )
         since = job.reservation_since
         detail = {
             "reason": action.reason.value,
@@ -330,48 +393,24 @@ def _apply(
             "since": since.isoformat() if since is not None else None,
             "held_s": (at - since).total_seconds() if since is not None else None,
         }
-        return ok, event_row(job.id, at, EventKind.RELEASED, detail=detail)
-    # Dispatch
-    if tier_id is None or action.num_gpus != job.num_gpus:
-        return False, {}
-    ok = guarded_update(
-        session,
-        job.id,
-        _QUEUED,
-        Job.reserved_gpus == 0,
-        Job.attempts == job.attempts,
-        state=JobState.DISPATCHED.value,
-        node_name=action.node,
-        tier_id=tier_id,
-        attempts=job.attempts + 1,
-        dispatched_at=at,
-        executor_id=None,
-        started_at=None,
-        ended_at=None,
-        exit_code=None,
-        reason=None,
-    )
+        return event_row(job.id, at, EventKind.RELEASED, detail=detail)
     detail = {
         "node": action.node,
         "tier": action.tier,
         "gpus": action.num_gpus,
         "attempt": job.attempts + 1,
     }
-    return ok, event_row(
-        job.id, at, EventKind.DISPATCHED, _QUEUED, JobState.DISPATCHED.value, detail
-    )
+    return event_row(job.id, at, EventKind.DISPATCHED, _QUEUED, JobState.DISPATCHED.value, detail)
 
 
-def _after(
-    job: LockedJob, action: Action, at: datetime, tier_ids: Mapping[str, uuid.UUID]
-) -> LockedJob:
-    """The locked row as it is after `action` was applied (for the job's next action)."""
+def _after(job: LockedJob, action: Action, tier_id: uuid.UUID, at: datetime) -> LockedJob:
+    """The locked row as it is after `action` (for the job's next action)."""
     if isinstance(action, StartReservation):
         return replace(
             job,
             reserved_gpus=action.gpus,
             reserved_node_name=action.node,
-            reserved_tier_id=tier_ids.get(action.tier),
+            reserved_tier_id=tier_id,
             reservation_since=at,
             reservation_last_accrued_at=at,
         )
@@ -391,7 +430,7 @@ def _after(
         state=JobState.DISPATCHED.value,
         attempts=job.attempts + 1,
         node_name=action.node,
-        tier_id=tier_ids.get(action.tier),
+        tier_id=tier_id,
     )
 
 

@@ -50,3 +50,11 @@ class InvalidTransition(StoreError):
         self.job_id = job_id
         self.state = state
         self.wanted = wanted
+
+
+class ConcurrentUpdate(StoreError):
+    """A guarded update did not match although its row was locked: roll back and retry.
+
+    It cannot happen while every writer goes through the store; it is raised rather than
+    half-applying a cycle's decisions.
+    """
