@@ -59,6 +59,15 @@ def cvd(ex: LocalExecutor, job_id: str) -> set[int]:
     return {int(i) for i in line[4:].split(",")}
 
 
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs: a zombie (dead, not yet reaped by its new parent) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
 def record(state_dir: Path, job_id: str) -> dict[str, object]:
     data: dict[str, object] = json.loads(
         (state_dir / "runs" / f"{run_key(job_id, 1)}.json").read_text()
@@ -276,7 +285,8 @@ class TestStopping:
         ex.submit(spec("k", f"sleep 30 & echo $! > {bg}; exit 0"))
 
         assert wait_end(ex, "k").state is RunState.COMPLETED
-        wait_for(lambda: not Path(f"/proc/{bg.read_text().strip()}").exists(), WAIT_S)
+        pid = int(bg.read_text())
+        wait_for(lambda: not process_alive(pid), WAIT_S, what="the background sleep to die")
         assert ex.inventory()[0].used == 0
 
     def test_oom_is_found_only_when_the_job_fails(self, state_dir: Path) -> None:
