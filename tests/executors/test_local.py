@@ -159,6 +159,21 @@ class TestRestart:
         assert wait_end(ex, "j3").state is RunState.COMPLETED
         assert starts.read_text() == "x\n"
 
+    def test_a_job_accepted_but_not_started_before_a_crash_can_be_cancelled(
+        self, state_dir: Path, tmp_path: Path
+    ) -> None:
+        starts = tmp_path / "starts"
+        assert run_dying_service(state_dir, "j6", f"echo x >> {starts}", crash=True) == 3
+
+        ex = LocalExecutor(state_dir, gpus=gpus(), start_grace_s=0.3, cancel_grace_s=0.3)
+        ex.cancel(run_key("j6", 1))
+        info = wait_end(ex, "j6")
+
+        assert info.state is RunState.CANCELLED
+        assert info.reason == "cancelled before it started"
+        assert not starts.exists()
+        assert ex.inventory()[0].used == 0
+
     def test_a_job_whose_machine_rebooted_is_a_node_failure(
         self, state_dir: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

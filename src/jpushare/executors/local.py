@@ -314,10 +314,13 @@ class LocalExecutor:
             return
         with self._locked():
             rec = self._load(executor_id)
-            if rec is None or rec.state is not None or rec.stop_reason is not None:
+            if rec is None:
+                return
+            if rec.state is not None or rec.stop_reason is not None:
                 return
             if self._paths(executor_id)["exit"].exists():
                 return  # it already ended on its own; the next observation says how
+            self._adopt_pid(rec, live_groups())
             self._request_stop(rec, "cancel", self._clock())
 
     def log(self, job_id: str, attempt: int) -> str:
@@ -463,12 +466,7 @@ class LocalExecutor:
         child = self._children.get(key)
         if child is not None and child.poll() is not None:
             del self._children[key]  # reaped: a zombie would look alive without /proc
-        if rec.pgid is None:  # accepted; did the wrapper start before a crash hid its pid?
-            rec.pgid = _read_int(paths["pid"])
-            if rec.pgid is not None:
-                if group_alive(rec.pgid, None, live):
-                    rec.leader_start_ticks = start_ticks(rec.pgid)
-                self._save(rec)
+        self._adopt_pid(rec, live)
         if rec.pgid is None:
             return self._settle_unstarted(rec, now)
         if rec.started_at is None:
@@ -491,22 +489,33 @@ class LocalExecutor:
             return self._info(rec, RunState.RUNNING)
         return self._finish(rec, exit_code, now)
 
+    def _adopt_pid(self, rec: _Record, live: set[int] | None) -> None:
+        """Take the pid from `<key>.pid` when the record lacks it (a crash hid it)."""
+        if rec.pgid is not None:
+            return
+        rec.pgid = _read_int(self._paths(run_key(rec.job_id, rec.attempt))["pid"])
+        if rec.pgid is not None:
+            if group_alive(rec.pgid, None, live):
+                rec.leader_start_ticks = start_ticks(rec.pgid)
+            self._save(rec)
+
     def _settle_unstarted(self, rec: _Record, now: float) -> RunInfo:
+        # Within start_grace_s a wrapper may still be about to write its pid: wait.
+        if now - rec.created_at < self.start_grace_s:
+            return self._info(rec, RunState.PENDING)
         if rec.stop_reason is not None:
             rec.state, rec.ended_at = RunState.CANCELLED.value, now
             rec.reason = "cancelled before it started"
             return self._store_final(rec)
-        if now - rec.created_at >= self.start_grace_s:
-            key = run_key(rec.job_id, rec.attempt)
-            log.warning("%s was accepted but never started (service stopped?): starting", key)
-            try:
-                self._spawn(rec)
-            except OSError as exc:
-                rec.state, rec.ended_at = RunState.FAILED.value, now
-                rec.reason = f"could not start the job: {exc}"
-                return self._store_final(rec)
-            return self._info(rec, RunState.RUNNING)
-        return self._info(rec, RunState.PENDING)
+        key = run_key(rec.job_id, rec.attempt)
+        log.warning("%s was accepted but never started (service stopped?): starting", key)
+        try:
+            self._spawn(rec)
+        except OSError as exc:
+            rec.state, rec.ended_at = RunState.FAILED.value, now
+            rec.reason = f"could not start the job: {exc}"
+            return self._store_final(rec)
+        return self._info(rec, RunState.RUNNING)
 
     def _finish(self, rec: _Record, exit_code: int | None, now: float) -> RunInfo:
         """The process group is gone: decide the outcome once and for all."""
