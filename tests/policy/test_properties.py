@@ -126,7 +126,8 @@ def _reserve_validly(
     if job.num_gpus < 2 or not holdable:
         return
     p = draw(st.sampled_from(holdable))
-    gpus = draw(st.integers(1, min(p.free, job.num_gpus - 1)))
+    # Up to full: a full reservation can come back from an undo after a failed sbatch.
+    gpus = draw(st.integers(1, min(p.free, job.num_gpus)))
     since = draw(st.sampled_from([0.0, 50.0, NOW]))
     res = Reservation(p.node, p.tier, gpus, since, draw(st.sampled_from([since, NOW])))
     jobs[i] = replace(job, reservation=res)
