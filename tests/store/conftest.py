@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.executors.base import GpuGroup, NodeState
-from jpushare.policy import Tier
+from jpushare.policy import Decisions, Tier, decide
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 
 T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
@@ -89,3 +89,22 @@ def dump(factory: sessionmaker[Session]) -> dict[str, list[tuple[object, ...]]]:
             rows = s.execute(text(f"SELECT * FROM {table} ORDER BY id")).all()
             out[table] = [tuple(r) for r in rows]
     return out
+
+
+Busy = dict[tuple[str, str], int]
+
+# Everything busy except what a test frees.
+ALL_BUSY: Busy = {
+    ("node-a", "rtx3080ti"): 4,
+    ("node-b", "rtx4090"): 4,
+    ("node-c", "rtx4090"): 4,
+    ("node-c", "rtx5090"): 4,
+}
+
+
+def run_cycle(world: World, seconds: float, busy: Busy) -> tuple[Decisions, store.Recorded]:
+    """One dispatcher cycle at T0 + seconds: load, decide, record, commit."""
+    with world.sessions.begin() as s:
+        decisions = decide(store.load_snapshot(s, at(seconds), busy))
+        recorded = store.record_decisions(s, decisions, at(seconds))
+    return decisions, recorded

@@ -71,7 +71,7 @@ def load_snapshot(
             GpuTier.max_gpus,
             GpuTier.auto_assign,
             GpuTier.partition,
-        )
+        ).order_by(GpuTier.sort_order.desc(), GpuTier.name)
     )
     tiers: list[Tier] = []
     tier_names: dict[uuid.UUID, str] = {}
@@ -249,9 +249,9 @@ def record_decisions(
     The dispatcher starts only `Recorded.dispatched`, never `decisions.dispatches()`.
     """
     at = now if now is not None else from_epoch(decisions.now)
-    by_job: dict[int, list[Action]] = defaultdict(list)
-    for action in decisions.actions:
-        by_job[int(action.job_id)].append(action)
+    by_job: dict[int, list[tuple[int, Action]]] = defaultdict(list)  # (index, action)
+    for index, action in enumerate(decisions.actions):
+        by_job[int(action.job_id)].append((index, action))
     accruals = {int(a.job_id): a for a in decisions.accruals}
     locked = lock_jobs(session, set(by_job) | set(accruals))
     tier_ids: dict[str, uuid.UUID] = {}
@@ -272,21 +272,19 @@ def record_decisions(
             accrued_total += _accrue(session, job, from_epoch(accrual.accrued_to), tflops)
 
     # 3. Check every action against the locked rows.
-    applied: list[Action] = []
-    skipped: list[Action] = []
+    applied: set[int] = set()  # indexes into decisions.actions
     params: dict[type, list[dict[str, Any]]] = defaultdict(list)
     events: list[dict[str, Any]] = []
     dispatched: list[tuple[int, Dispatch, int]] = []
     for job_id in sorted(by_job):
         job = locked.get(job_id)
-        for action in sorted(by_job[job_id], key=lambda a: _ACTION_RANK[type(a)]):
+        for index, action in sorted(by_job[job_id], key=lambda ia: _ACTION_RANK[type(ia[1])]):
             tier_id = tier_ids.get(action.tier)
             if job is None or tier_id is None or not _still_valid(job, action, tier_id):
-                skipped.append(action)
                 continue
             params[type(action)].append(_params(job, action, tier_id, at))
             events.append(_event(job, action, at))
-            applied.append(action)
+            applied.add(index)
             if isinstance(action, Dispatch):
                 dispatched.append((job_id, action, job.attempts + 1))
             job = _after(job, action, tier_id, at)
@@ -302,8 +300,8 @@ def record_decisions(
     add_events(session, events)
     return Recorded(
         dispatched=tuple(_dispatched(session, dispatched, partitions)),
-        applied=tuple(applied),
-        skipped=tuple(skipped),
+        applied=tuple(a for i, a in enumerate(decisions.actions) if i in applied),
+        skipped=tuple(a for i, a in enumerate(decisions.actions) if i not in applied),
         accrued_tflop_s=accrued_total,
     )
 

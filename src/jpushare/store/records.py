@@ -149,7 +149,8 @@ class DispatchedJob:
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """What `record_decisions` did. Skipped actions were stale: their guard did not hold."""
+    """What `record_decisions` did, each list in the decisions' order. Skipped actions were
+    stale: the job was no longer where the decision expected it."""
 
     dispatched: tuple[DispatchedJob, ...]
     applied: tuple[Action, ...]

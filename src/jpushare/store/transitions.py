@@ -189,7 +189,7 @@ def charge_lab(session: Session, job_id: int, at: datetime) -> float:
             Job.id == job_id
         )
     ).one()
-    lab_id, run_total, reservation_total, charged = row.tuple()
+    lab_id, run_total, reservation_total, charged = row
     bill = job_bill(run_total, reservation_total)
     due = bill - charged
     if due == 0:
