@@ -4,6 +4,7 @@ change nothing."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import update
 
 from jpushare import store
 from jpushare.policy import (
@@ -19,6 +20,7 @@ from jpushare.policy import (
     StartReservation,
     decide,
 )
+from jpushare.store.schema import Lab
 from tests.store.conftest import ALL_BUSY, TIERS, World, at, dump, run_cycle, submit
 
 # node-b 4090: 1 idle; node-c 4090: 2 idle; everything else busy.
@@ -197,11 +199,7 @@ def test_s5_r3_release_when_another_lab_becomes_cheaper(world: World) -> None:
     other = submit(world, world.alice, 4, seconds=11, min_tier="rtx4090")
     # bob's lab used GPUs meanwhile (another of its jobs ended): alpha now goes first.
     with world.sessions.begin() as s:
-        s.execute(
-            store.schema.Lab.__table__.update()
-            .where(store.schema.Lab.name == "beta")
-            .values(cumulative_usage=1e6)
-        )
+        s.execute(update(Lab).where(Lab.name == "beta").values(cumulative_usage=1e6))
     decisions, recorded = run_cycle(world, 15, PARTLY_FREE)
     assert decisions.order == (str(other), str(big))
     assert decisions.actions[0] == ReleaseReservation(

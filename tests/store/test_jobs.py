@@ -88,7 +88,10 @@ def test_list_jobs_filters_by_state_lab_and_user_newest_first(world: World) -> N
     a2 = submit(world, world.alice, 2)
     with world.sessions.begin() as s:
         store.cancel_job(s, a1, at(1))
-        ids = lambda f: [j.id for j in store.list_jobs(s, f)]  # noqa: E731
+
+        def ids(f: store.JobFilter | None) -> list[int]:
+            return [j.id for j in store.list_jobs(s, f)]
+
         assert ids(None) == [a2, b1, a1]
         assert ids(store.JobFilter(lab="alpha")) == [a2, a1]
         assert ids(store.JobFilter(user_id=world.bob.id)) == [b1]
