@@ -183,7 +183,7 @@ def test_a_minimum_above_every_tier_is_rejected_and_a_weaker_tier_is_offered() -
     )
 
 
-def test_a_configured_tier_without_gpus_says_no_gpu_of_that_tier_exists() -> None:
+def test_a_configured_tier_without_gpus_says_no_such_gpu_is_in_the_inventory() -> None:
     tiers = (RTX3080TI, RTX4090, RTX5090)
     placements = (Placement("node-a", "rtx4090", 2),)
 
@@ -194,8 +194,8 @@ def test_a_configured_tier_without_gpus_says_no_gpu_of_that_tier_exists() -> Non
     assert report.largest_fit == 0
     assert report.alternatives == (Alternative(2, "rtx4090", 1),)
     assert report.message == (
-        "no placement can hold num_gpus=2 at tier >= rtx5090; no GPU of that tier exists; "
-        "num_gpus=2 fits at tier >= rtx4090"
+        "no placement can hold num_gpus=2 at tier >= rtx5090; no auto-assign GPU of that "
+        "tier or a stronger one is in the inventory; num_gpus=2 fits at tier >= rtx4090"
     )
 
 

@@ -135,7 +135,10 @@ def check_fit(
             f"no placement can hold num_gpus={num_gpus}{where}; the largest fit is {largest_fit}"
         )
     else:
-        message = f"no placement can hold num_gpus={num_gpus}{where}; no GPU of that tier exists"
+        message = (
+            f"no placement can hold num_gpus={num_gpus}{where}; no auto-assign GPU of that "
+            "tier or a stronger one is in the inventory"
+        )
     for alt in alternatives:
         if alt.num_gpus == num_gpus:
             message += f"; num_gpus={num_gpus} fits at tier >= {alt.min_tier}"

@@ -184,7 +184,7 @@ class Why:
     num_gpus: int
     fit_placements: int  # how many placements fit the job (static)
     schedulable_fit_placements: int
-    best_idle: int  # the most idle GPUs on one fit placement after this cycle's decisions
+    best_idle: int  # the most idle GPUs on one fit placement when the cycle reached the job
     reservation: Reservation | None = None  # the job's own
     blocking_job_id: str | None = None  # whose reservation holds GPUs it could use
     blocking_reservation: Reservation | None = None
