@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import StatementError
 
 from jpushare import store
 from jpushare.store.schema import Job, JobEvent
@@ -105,3 +108,20 @@ def test_job_ids_round_trip_through_the_policy_text_form() -> None:
     for bad in ("x", "0", "-3", ""):
         with pytest.raises(store.InvalidRequest):
             store.parse_job_id(bad)
+
+
+def test_times_are_aware_utc_and_naive_times_are_refused(world: World) -> None:
+    naive = datetime(2026, 1, 5, 9, 0, 0)
+    with pytest.raises(ValueError):
+        store.to_epoch(naive)
+    with world.sessions.begin() as s, pytest.raises((ValueError, StatementError)):
+        store.submit_job(s, user_id=world.alice.id, name="x", command="x", num_gpus=1, now=naive)
+    local = T0.astimezone(timezone(timedelta(hours=9)))  # the same instant, in Seoul
+    job_id = submit(world, world.alice, 1)
+    with world.sessions.begin() as s:
+        store.submit_job(s, user_id=world.alice.id, name="y", command="y", num_gpus=1, now=local)
+        job = store.get_job(s, job_id)
+        later = store.list_jobs(s)[0]
+    assert job.submitted_at.tzinfo is not None and job.submitted_at.utcoffset() == timedelta(0)
+    assert later.submitted_at == T0 and later.submitted_at.tzinfo == UTC
+    assert store.from_epoch(store.to_epoch(T0)) == T0

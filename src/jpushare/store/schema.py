@@ -101,7 +101,8 @@ class EventKind(StrEnum):
     RESERVATION_STARTED = "reservation_started"
     ABSORBED = "absorbed"
     RELEASED = "released"  # detail.reason: filled | swap | r3 | r5 | cancel
-    RESERVATION_ACCRUED = "reservation_accrued"  # not recorded each cycle; see cycle.py
+    # Accruals get no event (one per cycle would swamp the table): the job's
+    # reservation_gpu_seconds holds the sum, and `released` says how long it was held.
     DISPATCHED = "dispatched"
     DISPATCH_CONFIRMED = "dispatch_confirmed"
     DISPATCH_UNDONE = "dispatch_undone"
