@@ -12,20 +12,24 @@ States (100 nodes x 8 GPUs, 3 tiers, 20 labs, job sizes as in the Philly trace):
 - busy: every GPU busy; the cycle only answers "why" for everyone;
 - mixed: a quarter of the GPUs idle: a first cycle with ~150 dispatches and a reservation.
 
-Run: `.venv/bin/python bench/bench_store.py [--jobs N] [--repeat K] [--url URL]`; the
-database is a fresh schema in `JPUSHARE_TEST_POSTGRES_URL` (default
-postgresql+psycopg://postgres@127.0.0.1:5432/test), dropped at the end.
+Run: `.venv/bin/python bench/bench_store.py [--jobs N] [--repeat K] [--url URL] [--sqlite]`;
+the database is a fresh schema in `JPUSHARE_TEST_POSTGRES_URL` (default
+postgresql+psycopg://postgres@127.0.0.1:5432/test), dropped at the end, or with `--sqlite`
+a temporary SQLite file.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +38,7 @@ from sqlalchemy.engine import make_url
 from jpushare import store
 from jpushare.executors.base import GpuGroup, NodeState
 from jpushare.policy import Tier, decide
-from jpushare.store.schema import Job
+from jpushare.store.schema import Job, Lab
 
 TIERS = (
     Tier("rtx3080ti", 34.1, 10),
@@ -66,11 +70,11 @@ def populate(sessions: Any, n_jobs: int, n_nodes: int, seed: int = 1) -> list[Gp
         for i in range(20):
             store.create_lab(s, f"lab{i:02d}", T0)
             users.append(store.create_user(s, f"user{i:02d}", f"lab{i:02d}", "student", T0))
-        s.execute(
-            sa.update(store.schema.Lab).values(
-                cumulative_usage=sa.func.random() * 1e9  # distinct usages, fixed per run
+            s.execute(  # distinct usages, the same every run
+                sa.update(Lab)
+                .where(Lab.name == f"lab{i:02d}")
+                .values(cumulative_usage=rng.uniform(0, 1e9))
             )
-        )
         rows = []
         for j in range(n_jobs):
             user = rng.choice(users)
@@ -145,14 +149,19 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--url", default=None, help="PostgreSQL URL (default: the test database)")
+    ap.add_argument("--sqlite", action="store_true", help="a temporary SQLite file instead")
     args = ap.parse_args()
-    import os
 
     base = args.url or os.environ.get("JPUSHARE_TEST_POSTGRES_URL") or DEFAULT_URL
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    _admin(base, f'CREATE SCHEMA "{schema}"')
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    rendered = url.render_as_string(hide_password=False)
+    tmp = tempfile.TemporaryDirectory()
+    if args.sqlite:
+        rendered = store.sqlite_url(Path(tmp.name) / "bench.sqlite")
+    else:
+        _admin(base, f'CREATE SCHEMA "{schema}"')
+        url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+        rendered = url.render_as_string(hide_password=False)
+    print(f"database: {make_url(rendered).get_backend_name()}")
     try:
         store.upgrade(rendered)
         engine = store.make_engine(rendered)
@@ -160,9 +169,8 @@ def main() -> None:
         t = time.perf_counter()
         groups = populate(sessions, args.jobs, args.nodes)
         print(f"setup: {args.jobs} jobs, {args.nodes} nodes in {time.perf_counter() - t:.1f} s")
-        with engine.connect() as c:
+        with engine.begin() as c:
             c.execute(sa.text("ANALYZE"))
-            c.commit()
         now = T0 + timedelta(days=2)
         for state in ("busy", "mixed"):
             busy = busy_map(groups, state)
@@ -188,7 +196,9 @@ def main() -> None:
         )
         engine.dispose()
     finally:
-        _admin(base, f'DROP SCHEMA "{schema}" CASCADE')
+        if not args.sqlite:
+            _admin(base, f'DROP SCHEMA "{schema}" CASCADE')
+        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.engine import database_url, make_engine, make_sessionmaker, sqlite_url
 from jpushare.store.errors import (
     AlreadyExists,
+    ConcurrentUpdate,
     InvalidRequest,
     InvalidTransition,
     NoFitPlacement,
@@ -99,6 +100,7 @@ from jpushare.store.times import from_epoch, to_epoch, utc_now
 __all__ = [
     "AlreadyExists",
     "Cancelled",
+    "ConcurrentUpdate",
     "DispatchedJob",
     "Ended",
     "EventKind",
