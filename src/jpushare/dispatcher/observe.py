@@ -1,13 +1,16 @@
 """Step 1 of a dispatcher cycle, the pure half: what the executor's view means for our jobs.
 
-No I/O. Inputs are the executor's inventory and runs and the store's active jobs; outputs
-are the busy GPUs per placement (what the policy sees) and the transitions to record.
+No I/O. Inputs are the executor's inventory and runs and the store's jobs; outputs are the
+busy GPUs per placement (what the policy sees), the transitions to record, and the runs
+that must be stopped because their job no longer wants them (cancelled through the API,
+possibly by another process, or requeued while a run of an older attempt lingers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from jpushare.executors.base import GpuGroup, NodeState, RunInfo, RunState
 
@@ -149,3 +152,30 @@ def transitions(
                 )
             )
     return out
+
+
+_ACTIVE: Final = ("DISPATCHED", "RUNNING")
+
+
+def stale_runs(runs: Iterable[RunInfo], jobs: Mapping[str, tuple[str, int]]) -> list[RunInfo]:
+    """Live runs whose job does not want them any more: stop these (whole process group).
+
+    `jobs`: job id -> (state, attempts) from the store. A run is stale when it has not ended
+    and its job is not DISPATCHED or RUNNING on that very attempt: the job was cancelled
+    (the API records the cancel; stopping the run is the dispatcher's), ended, or was
+    requeued. Deriving this every cycle from the two sides, rather than from a message,
+    makes a cancel survive any crash: the next cycle of any dispatcher stops the run.
+    Runs of job ids the store does not know are left alone (not ours to stop).
+    """
+    out: list[RunInfo] = []
+    for run in runs:
+        if run.state.ended:
+            continue
+        known = jobs.get(run.job_id)
+        if known is None:
+            continue
+        state, attempt = known
+        if state in _ACTIVE and attempt == run.attempt:
+            continue
+        out.append(run)
+    return sorted(out, key=lambda r: (r.job_id, r.attempt))

@@ -1,0 +1,43 @@
+"""Test hook: kill the dispatcher process at a named point of its cycle (SPEC §5 crash safety).
+
+`JPUSHARE_CRASH_AT=<point>` makes the dispatcher SIGKILL itself the first time it reaches
+that point, so the tests can prove that a process killed there neither loses a job nor
+starts it twice once restarted. SIGKILL, not an exception or `sys.exit`: nothing runs after
+it (no `finally`, no commit, no atexit), as with a real kill or power loss.
+
+Points (see `cycle.py` for where each is):
+- `after_observe`: the observation is committed, nothing decided yet;
+- `after_record`: the decisions are committed (jobs DISPATCHED), nothing submitted;
+- `after_submit`: the executor accepted a run, its id is not recorded (job DISPATCHED
+  without `executor_id`).
+
+Never set it in production. The local executor does not pass JPUSHARE_* variables on to
+jobs, so the jobs themselves never see it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Final, Literal
+
+log = logging.getLogger(__name__)
+
+CRASH_AT_ENV: Final = "JPUSHARE_CRASH_AT"
+
+CrashPoint = Literal["after_observe", "after_record", "after_submit"]
+CRASH_POINTS: Final[tuple[CrashPoint, ...]] = ("after_observe", "after_record", "after_submit")
+
+
+def crash_point(point: CrashPoint) -> None:
+    """SIGKILL this process if `JPUSHARE_CRASH_AT` names `point` (a test hook)."""
+    if os.environ.get(CRASH_AT_ENV) != point:
+        return
+    message = f"JPUSHARE_CRASH_AT={point}: killing dispatcher process {os.getpid()} (test hook)"
+    log.critical(message)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,450 @@
+"""One dispatcher cycle (SPEC §3, §5), as numbered steps with their transactions:
+
+1. observe: read the executor (inventory, runs; no transaction open), then in ONE
+   transaction sync the inventory and node states, apply every run transition with its
+   charge (RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
+   TIMEOUT end the job and charge its lab; OOM requeues with escalation; NODE_FAIL
+   requeues), confirm runs whose id was never recorded, and store the busy GPUs per
+   placement for the API. Then, outside it: stop runs whose job no longer wants them
+   (a cancel recorded by the API) and submit again the jobs recorded DISPATCHED that the
+   executor has no run for (a crash between record and submit) — steps 5 and 6 for them.
+2. load the snapshot, 3. decide (the pure policy), 4. record the decisions: ONE
+   transaction. Its commit is the point of no return ("assume"): only what it applied is
+   started, never what `decide` proposed.
+5. act, per recorded dispatch: tell the LLM router to yield (fire-and-forget), then
+   `executor.submit` (idempotent by (job id, attempt)).
+6. confirm or undo, one short transaction per dispatch: accepted → store the executor id;
+   `SubmitRefused` → the job FAILED with the executor's reason (a refused sbatch leaves no
+   job behind); any other error (executor unreachable, sbatch timed out) → nothing: the job
+   stays DISPATCHED and the next cycle's observe finds its run (confirm) or none (submit
+   again), so a job is neither lost nor started twice.
+
+The cycle never commits anything the executor has not told it, and never tells the executor
+anything the database has not committed. Crash points for tests: `crash_points.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from jpushare.dispatcher.crash_points import crash_point
+from jpushare.dispatcher.observe import (
+    ActiveJob,
+    Confirmed,
+    Ended,
+    Missing,
+    Started,
+    Transition,
+    busy_by_placement,
+    stale_runs,
+    tier_of,
+    transitions,
+)
+from jpushare.executors.base import (
+    Executor,
+    GpuGroup,
+    LaunchSpec,
+    RunInfo,
+    RunState,
+    SubmitRefused,
+)
+from jpushare.llm_router import BackfillRouter, NoRouter
+from jpushare.policy import (
+    AbsorbReservation,
+    Decisions,
+    ReleaseReservation,
+    StartReservation,
+    decide,
+)
+from jpushare.store.observations import (
+    ActiveJobRow,
+    LaunchRow,
+    active_jobs,
+    dispatched_launches,
+    job_states,
+    save_observed_busy,
+)
+
+log = logging.getLogger(__name__)
+
+Busy = dict[tuple[str, str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleDeps:
+    """What a cycle works with. `gpu_type_to_tier` maps executor GPU types to tier names
+    where they differ (a type not in it is its own tier name)."""
+
+    sessions: sessionmaker[Session]
+    executor: Executor
+    router: BackfillRouter = field(default_factory=NoRouter)
+    clock: Callable[[], datetime] = store.utc_now
+    gpu_type_to_tier: Mapping[str, str] = field(default_factory=dict)
+
+    def gpu_type_of(self, tier: str) -> str:
+        """The executor's GPU type for a tier name (the mapping read backwards)."""
+        for gpu_type, name in self.gpu_type_to_tier.items():
+            if name == tier:
+                return gpu_type
+        return tier
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What step 1 saw and did."""
+
+    busy: Busy
+    started: int = 0
+    confirmed: int = 0
+    ended: int = 0
+    requeued: int = 0
+    resubmit: tuple[LaunchRow, ...] = ()
+    stale: tuple[RunInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What steps 5-6 did with the dispatches of one cycle."""
+
+    started: tuple[int, ...] = ()  # job ids the executor accepted
+    refused: tuple[tuple[int, str], ...] = ()  # (job id, reason): now FAILED
+    deferred: tuple[int, ...] = ()  # executor error: left DISPATCHED for the next observe
+    orphaned: tuple[int, ...] = ()  # accepted, but the job had ended meanwhile: run stopped
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    """One cycle, for the log and the metrics."""
+
+    at: datetime
+    duration_s: float
+    observed: Observed | None  # None: the executor could not be read; nothing decided
+    queue_length: int = 0  # jobs still queued after the cycle
+    dispatched: Outcome = field(default_factory=Outcome)
+    resubmitted: Outcome = field(default_factory=Outcome)
+    stopped_runs: tuple[str, ...] = ()  # executor ids of stale runs stopped
+    reservations_started: int = 0
+    reservations_absorbed: int = 0
+    reservations_released: Mapping[str, int] = field(default_factory=dict)  # reason -> count
+    skipped_decisions: int = 0
+    error: str | None = None
+
+    def summary(self) -> str:
+        """One log line."""
+        if self.observed is None:
+            return f"cycle skipped ({self.error}) in {self.duration_s * 1000:.0f} ms"
+        o = self.observed
+        released = ", ".join(f"{k} {v}" for k, v in sorted(self.reservations_released.items()))
+        parts = [
+            f"dispatched {len(self.dispatched.started)}",
+            f"refused {len(self.dispatched.refused)}" if self.dispatched.refused else "",
+            f"deferred {len(self.dispatched.deferred)}" if self.dispatched.deferred else "",
+            f"resubmitted {len(self.resubmitted.started)}" if self.resubmitted.started else "",
+            f"reservations +{self.reservations_started} absorbed {self.reservations_absorbed}"
+            + (f" released {released}" if released else ""),
+            f"started {o.started} ended {o.ended} requeued {o.requeued}",
+            f"stopped {len(self.stopped_runs)}" if self.stopped_runs else "",
+            f"queue {self.queue_length}",
+            f"{self.duration_s * 1000:.0f} ms",
+        ]
+        return "cycle: " + ", ".join(p for p in parts if p)
+
+
+def run_cycle(deps: CycleDeps) -> CycleReport:
+    """One whole cycle, steps 1-6 of the module docstring. Raises only on database errors."""
+    t0 = time.perf_counter()
+    at = deps.clock()
+
+    # 1. Observe.
+    try:
+        inventory = deps.executor.inventory()
+        runs = deps.executor.runs()
+    except Exception as exc:  # any backend failure: do not decide blind
+        log.error("executor unreachable, cycle skipped: %s", exc)
+        return CycleReport(at, time.perf_counter() - t0, None, error=f"executor: {exc}")
+    observed = observe(deps, inventory, runs, at)
+    crash_point("after_observe")
+    stopped = stop_stale_runs(deps, observed.stale)
+    resubmitted = start_runs(deps, [_launch_of(deps, row) for row in observed.resubmit])
+
+    # 2-4. Snapshot, decide, record: one transaction.
+    now = deps.clock()
+    with deps.sessions.begin() as session:
+        snapshot = store.load_snapshot(session, now, observed.busy)
+        decisions = decide(snapshot)
+        recorded = store.record_decisions(session, decisions, now)
+    if recorded.dispatched:
+        crash_point("after_record")
+
+    # 5-6. Act, then confirm or undo.
+    dispatched = start_runs(
+        deps,
+        [
+            _Launch(
+                d.tier,
+                LaunchSpec(
+                    job_id=str(d.job_id),
+                    attempt=d.attempt,
+                    name=d.name,
+                    command=d.command,
+                    node=d.node,
+                    gpu_type=deps.gpu_type_of(d.tier),
+                    num_gpus=d.num_gpus,
+                    partition=d.partition,
+                    user=d.user_name,
+                    time_limit_s=d.time_limit_s,
+                ),
+            )
+            for d in recorded.dispatched
+        ],
+    )
+    return _report(at, t0, observed, decisions, recorded, dispatched, resubmitted, stopped)
+
+
+# --- 1. observe ------------------------------------------------------------------------
+
+
+def observe(
+    deps: CycleDeps, inventory: list[GpuGroup], runs: list[RunInfo], now: datetime
+) -> Observed:
+    """Apply the executor's view to the store in one transaction (step 1)."""
+    by_key = {(r.job_id, r.attempt): r for r in runs}
+    mapped = [
+        GpuGroup(g.node, tier_of(g.gpu_type, deps.gpu_type_to_tier), g.total, g.used, g.state)
+        for g in inventory
+    ]
+    counts: Counter[str] = Counter()
+    missing: list[int] = []
+    with deps.sessions.begin() as session:
+        store.sync_inventory(session, mapped, now, mark_missing_down=True)
+        active = [_active(row) for row in active_jobs(session)]
+        for t in transitions(active, by_key, store.to_epoch(now)):
+            kind = _apply(session, t, now)
+            if kind == "missing":
+                missing.append(int(t.job_id))
+            elif kind:
+                counts[kind] += 1
+        # Busy GPUs as the policy must see them, from the jobs still active now.
+        after = [_active(row) for row in active_jobs(session)]
+        busy = busy_by_placement(mapped, after, by_key, {})
+        save_observed_busy(session, busy, now)
+        owners = job_states(session, _job_ids(runs))
+        stale = stale_runs(runs, {str(k): v for k, v in owners.items()})
+        resubmit = dispatched_launches(session, missing)
+    return Observed(
+        busy,
+        started=counts["started"],
+        confirmed=counts["confirmed"],
+        ended=counts["ended"],
+        requeued=counts["requeued"],
+        resubmit=tuple(resubmit),
+        stale=tuple(stale),
+    )
+
+
+def _active(row: ActiveJobRow) -> ActiveJob:
+    return ActiveJob(
+        str(row.job_id), row.attempt, row.state, row.node, row.tier, row.num_gpus, row.executor_id
+    )
+
+
+def _job_ids(runs: Iterable[RunInfo]) -> list[int]:
+    out: list[int] = []
+    for r in runs:
+        try:
+            out.append(int(r.job_id))
+        except ValueError:
+            continue  # not one of ours
+    return out
+
+
+def _apply(session: Session, t: Transition, now: datetime) -> str | None:
+    """Record one transition; what kind it was if it changed the store."""
+    job_id = int(t.job_id)
+    if isinstance(t, Missing):
+        return "missing"
+    if isinstance(t, Confirmed):
+        ok = store.confirm_dispatch(session, job_id, t.executor_id, now, attempt=t.attempt)
+        return "confirmed" if ok else None
+    if isinstance(t, Started):
+        at = store.from_epoch(t.started_at)
+        ok = store.mark_running(session, job_id, at, t.executor_id, attempt=t.attempt)
+        return "started" if ok else None
+    return _apply_end(session, t)
+
+
+def _apply_end(session: Session, t: Ended) -> str | None:
+    job_id = int(t.job_id)
+    ended_at = store.from_epoch(t.ended_at)
+    started_at = store.from_epoch(t.started_at) if t.started_at is not None else None
+    if t.state is RunState.OOM:  # SPEC §5 / S10
+        done = store.requeue_after_oom(
+            session,
+            job_id,
+            ended_at,
+            attempt=t.attempt,
+            started_at=started_at,
+            exit_code=t.exit_code,
+            reason=t.reason,
+        )
+        return None if done is None else ("requeued" if done.requeued else "ended")
+    if t.state is RunState.NODE_FAIL:  # SPEC §5: back to the queue, no escalation
+        done = store.requeue_after_node_failure(
+            session, job_id, ended_at, attempt=t.attempt, started_at=started_at, reason=t.reason
+        )
+        return None if done is None else "requeued"
+    state, reason = {
+        RunState.COMPLETED: (store.JobState.COMPLETED, t.reason),
+        RunState.FAILED: (store.JobState.FAILED, t.reason),
+        RunState.CANCELLED: (store.JobState.CANCELLED, t.reason or "cancelled by the executor"),
+        RunState.TIMEOUT: (store.JobState.FAILED, t.reason or "time limit reached"),
+    }[t.state]
+    ended = store.end_job(
+        session,
+        job_id,
+        state,
+        ended_at,
+        exit_code=t.exit_code,
+        reason=reason,
+        attempt=t.attempt,
+        started_at=started_at,
+    )
+    return None if ended is None else "ended"
+
+
+def stop_stale_runs(deps: CycleDeps, stale: Iterable[RunInfo]) -> tuple[str, ...]:
+    """Stop runs whose job was cancelled, ended or requeued (idempotent; errors logged)."""
+    stopped: list[str] = []
+    for run in stale:
+        try:
+            deps.executor.cancel(run.executor_id)
+        except Exception as exc:  # retried next cycle: the run is still stale then
+            log.warning("could not stop run %s of job %s: %s", run.executor_id, run.job_id, exc)
+            continue
+        log.info("stopped run %s: job %s no longer wants it", run.executor_id, run.job_id)
+        stopped.append(run.executor_id)
+    return tuple(stopped)
+
+
+# --- 5-6. act, then confirm or undo ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    tier: str
+    spec: LaunchSpec
+
+
+def _launch_of(deps: CycleDeps, row: LaunchRow) -> _Launch:
+    return _Launch(
+        row.tier,
+        LaunchSpec(
+            job_id=str(row.job_id),
+            attempt=row.attempt,
+            name=row.name,
+            command=row.command,
+            node=row.node,
+            gpu_type=deps.gpu_type_of(row.tier),
+            num_gpus=row.num_gpus,
+            partition=row.partition,
+            user=row.user_name,
+            time_limit_s=row.time_limit_s,
+        ),
+    )
+
+
+def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
+    """Steps 5 and 6 for each launch: yield, submit, then confirm or undo."""
+    started: list[int] = []
+    refused: list[tuple[int, str]] = []
+    deferred: list[int] = []
+    orphaned: list[int] = []
+    for launch in launches:
+        spec = launch.spec
+        job_id = int(spec.job_id)
+        # 5. SPEC §6: the router stops LLM backfill there; we do not wait for it.
+        deps.router.request_yield(spec.node, launch.tier, spec.num_gpus, spec.job_id)
+        try:
+            executor_id = deps.executor.submit(spec)
+        except SubmitRefused as exc:
+            reason = f"the executor refused the job: {exc}"
+            with deps.sessions.begin() as session:
+                store.fail_dispatch(
+                    session, job_id, deps.clock(), reason=reason, attempt=spec.attempt
+                )
+            log.warning("job %d refused: %s", job_id, exc)
+            refused.append((job_id, reason))
+            continue
+        except Exception as exc:  # unreachable / timed out: the next observe reconciles
+            log.error("job %d: submit failed, left DISPATCHED for the next cycle: %s", job_id, exc)
+            deferred.append(job_id)
+            continue
+        crash_point("after_submit")
+        # 6. Confirm. False: the job left DISPATCHED meanwhile (cancelled through the API,
+        # or already confirmed by an earlier cycle); if it has ended, its run must not live.
+        with deps.sessions.begin() as session:
+            ok = store.confirm_dispatch(
+                session, job_id, executor_id, deps.clock(), attempt=spec.attempt
+            )
+            state = None if ok else job_states(session, [job_id]).get(job_id)
+        if ok or (state is not None and state[0] == "RUNNING" and state[1] == spec.attempt):
+            started.append(job_id)
+            log.info(
+                "job %d attempt %d started on %s/%s x%d as %s",
+                job_id,
+                spec.attempt,
+                spec.node,
+                launch.tier,
+                spec.num_gpus,
+                executor_id,
+            )
+            continue
+        log.info("job %d ended before its run was confirmed: stopping %s", job_id, executor_id)
+        try:
+            deps.executor.cancel(executor_id)
+        except Exception as exc:  # the next observe finds it stale and retries
+            log.warning("could not stop run %s: %s", executor_id, exc)
+        orphaned.append(job_id)
+    return Outcome(tuple(started), tuple(refused), tuple(deferred), tuple(orphaned))
+
+
+def _report(
+    at: datetime,
+    t0: float,
+    observed: Observed,
+    decisions: Decisions,
+    recorded: store.Recorded,
+    dispatched: Outcome,
+    resubmitted: Outcome,
+    stopped: tuple[str, ...],
+) -> CycleReport:
+    released: Counter[str] = Counter()
+    started = absorbed = 0
+    for action in recorded.applied:
+        if isinstance(action, StartReservation):
+            started += 1
+        elif isinstance(action, AbsorbReservation):
+            absorbed += 1
+        elif isinstance(action, ReleaseReservation):
+            released[action.reason.value] += 1
+    return CycleReport(
+        at=at,
+        duration_s=time.perf_counter() - t0,
+        observed=observed,
+        queue_length=len(decisions.order) - len(recorded.dispatched),
+        dispatched=dispatched,
+        resubmitted=resubmitted,
+        stopped_runs=stopped,
+        reservations_started=started,
+        reservations_absorbed=absorbed,
+        reservations_released=dict(released),
+        skipped_decisions=len(recorded.skipped),
+    )

@@ -1,0 +1,91 @@
+"""The dispatcher's loop: a cycle every `cycle_s` seconds while this process holds the lock.
+
+`Dispatcher.run_forever(stop)` is what `jpushare serve` runs on a thread; `run_once()` is
+one lock check plus one cycle (tests drive it directly). A cycle that raises is logged and
+the loop goes on: every cycle's effects are transactions and idempotent calls, so the next
+cycle starts from whatever the last one committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
+from jpushare.dispatcher.lock import DispatcherLock
+
+log = logging.getLogger(__name__)
+
+CycleHook = Callable[[CycleReport], None]
+
+
+class Dispatcher:
+    """Runs `run_cycle` every `cycle_s` seconds, only while holding `lock`.
+
+    `on_cycle` is called with each report (the metrics' cycle-duration hook); an exception
+    there is logged, never fatal.
+    """
+
+    def __init__(
+        self,
+        deps: CycleDeps,
+        lock: DispatcherLock,
+        *,
+        cycle_s: float = 5.0,
+        on_cycle: CycleHook | None = None,
+    ) -> None:
+        if cycle_s <= 0:
+            raise ValueError("cycle_s must be positive")
+        self.deps = deps
+        self.lock = lock
+        self.cycle_s = cycle_s
+        self.on_cycle = on_cycle
+        self._leading = False
+
+    @property
+    def leading(self) -> bool:
+        """Whether the last `run_once` held the lock."""
+        return self._leading
+
+    def run_once(self) -> CycleReport | None:
+        """One cycle if this process holds the lock (None if another one does)."""
+        held = self.lock.hold()
+        if held != self._leading:
+            if held:
+                log.info("this process is now the dispatcher (%s)", self.lock.description)
+            else:
+                log.warning("another process holds the dispatcher lock: standing by")
+        self._leading = held
+        if not held:
+            return None
+        report = run_cycle(self.deps)
+        if report.observed is None:
+            log.warning(report.summary())
+        elif report.dispatched.started or report.dispatched.refused or report.resubmitted.started:
+            log.info(report.summary())
+        else:
+            log.debug(report.summary())
+        if self.on_cycle is not None:
+            try:
+                self.on_cycle(report)
+            except Exception:
+                log.exception("the cycle hook failed")
+        return report
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Cycle every `cycle_s` until `stop` is set; then let go of the lock."""
+        log.info("dispatcher loop: a cycle every %g s (%s)", self.cycle_s, self.lock.description)
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                try:
+                    self.run_once()
+                except Exception:
+                    log.exception("dispatcher cycle failed; trying again next cycle")
+                stop.wait(max(0.0, self.cycle_s - (time.monotonic() - began)))
+        finally:
+            self.lock.release()
+            self._leading = False
+            log.info("dispatcher loop stopped")

@@ -1,0 +1,165 @@
+"""What the dispatcher's observe step reads and writes: active jobs, run owners, busy GPUs.
+
+The executor's view (GPUs in use per placement, foreign jobs included) lives only in the
+dispatcher's process; the API, possibly another process or machine, needs it too to answer
+"why" and `GET /v1/placements` with the numbers the policy used. The observe step therefore
+stores it in `placement_observations` (migration 0002), one row per (node, tier name),
+replaced whole in the transaction that applies the observation; `load_observed_busy` reads
+it back. Like the rest of the store, nothing here commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Integer, Text, delete, insert, select
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from jpushare.store.inventory import PlacementKey
+from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, User
+
+
+class PlacementObservation(Base):
+    """GPUs research jobs held on one placement when the dispatcher last looked."""
+
+    __tablename__ = "placement_observations"
+
+    node_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    tier_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    busy_gpus: Mapped[int] = mapped_column(Integer)
+    observed_at: Mapped[datetime]
+
+
+def save_observed_busy(session: Session, busy: Mapping[PlacementKey, int], now: datetime) -> None:
+    """Replace the stored observation with `busy` ((node, tier name) -> GPUs in use)."""
+    session.execute(delete(PlacementObservation))
+    rows = [
+        {"node_name": node, "tier_name": tier, "busy_gpus": n, "observed_at": now}
+        for (node, tier), n in sorted(busy.items())
+        if n > 0
+    ]
+    if rows:
+        session.execute(insert(PlacementObservation), rows)
+
+
+def load_observed_busy(session: Session) -> dict[PlacementKey, int]:
+    """GPUs research jobs use per (node, tier name), as the dispatcher last observed them.
+
+    What `store.placements(session, busy)` and `store.load_snapshot(..., busy)` take; empty
+    (everything idle) before the first observation.
+    """
+    rows = session.execute(
+        select(
+            PlacementObservation.node_name,
+            PlacementObservation.tier_name,
+            PlacementObservation.busy_gpus,
+        )
+    )
+    return {(node, tier): n for node, tier, n in rows}
+
+
+def last_observed_at(session: Session) -> datetime | None:
+    """When the dispatcher last stored an observation with a busy GPU (None: never)."""
+    return session.scalars(
+        select(PlacementObservation.observed_at)
+        .order_by(PlacementObservation.observed_at.desc())
+        .limit(1)
+    ).first()
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveJobRow:
+    """A DISPATCHED or RUNNING job as the observe step compares it with the executor's runs."""
+
+    job_id: int
+    attempt: int
+    state: str
+    node: str
+    tier: str
+    num_gpus: int
+    executor_id: str | None
+
+
+def active_jobs(session: Session) -> list[ActiveJobRow]:
+    """Every DISPATCHED or RUNNING job with its placement, in id order."""
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.attempts,
+            Job.state,
+            Job.node_name,
+            GpuTier.name,
+            Job.num_gpus,
+            Job.executor_id,
+        )
+        .join(GpuTier, GpuTier.id == Job.tier_id)
+        .where(Job.state.in_([s.value for s in ACTIVE_STATES]))
+        .order_by(Job.id)
+    )
+    return [
+        ActiveJobRow(jid, attempt, state, node, tier, n, executor_id)
+        for jid, attempt, state, node, tier, n, executor_id in rows
+        if node is not None
+    ]
+
+
+def job_states(session: Session, job_ids: Iterable[int]) -> dict[int, tuple[str, int]]:
+    """job id -> (state, attempts) for the ids that exist (unknown ids are left out)."""
+    ids = sorted(set(job_ids))
+    out: dict[int, tuple[str, int]] = {}
+    for start in range(0, len(ids), 1000):
+        rows = session.execute(
+            select(Job.id, Job.state, Job.attempts).where(Job.id.in_(ids[start : start + 1000]))
+        )
+        for jid, state, attempts in rows:
+            out[jid] = (state, attempts)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRow:
+    """What starting (again) a recorded dispatch needs from the job's row."""
+
+    job_id: int
+    attempt: int
+    name: str
+    command: str
+    user_name: str
+    node: str
+    tier: str
+    partition: str | None
+    num_gpus: int
+    time_limit_s: float | None
+
+
+def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[LaunchRow]:
+    """The DISPATCHED jobs among `job_ids`, with what their launch needs, in id order."""
+    ids = sorted(set(job_ids))
+    out: list[LaunchRow] = []
+    for start in range(0, len(ids), 1000):
+        rows = session.execute(
+            select(
+                Job.id,
+                Job.attempts,
+                Job.name,
+                Job.command,
+                User.name,
+                Job.node_name,
+                GpuTier.name,
+                GpuTier.partition,
+                Job.num_gpus,
+                Job.time_limit_s,
+            )
+            .join(User, User.id == Job.user_id)
+            .join(GpuTier, GpuTier.id == Job.tier_id)
+            .where(Job.id.in_(ids[start : start + 1000]), Job.state == "DISPATCHED")
+            .order_by(Job.id)
+        )
+        for jid, attempt, name, command, user, node, tier, partition, n, limit_s in rows:
+            if node is not None:
+                out.append(
+                    LaunchRow(jid, attempt, name, command, user, node, tier, partition, n, limit_s)
+                )
+    return out
