@@ -241,9 +241,16 @@ def test_commands_run_in_utc_with_standard_times_and_without_service_secrets(
 
     ex.inventory()
 
-    ((argv, _, sent),) = slurm.calls
-    assert argv[0] == "/opt/slurm/bin/sinfo"
-    assert sent == {"PATH": "/usr/bin", "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+    slurm.answers.update(squeue=ok(), sbatch=ok("1\n"))
+    ex.submit(spec())
+
+    (sinfo, squeue, sbatch) = slurm.calls
+    assert sinfo[0][0] == "/opt/slurm/bin/sinfo"
+    assert (
+        sinfo[2] == squeue[2] == {"PATH": "/usr/bin", "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+    )
+    # sbatch's environment is the job's: its own time zone, still no service secrets
+    assert sbatch[2] == {"PATH": "/usr/bin", "TZ": "Asia/Seoul"}
 
 
 def test_the_log_is_the_runs_output_file(tmp_path: Path) -> None:

@@ -169,18 +169,21 @@ class SlurmExecutor:
             for k, v in (os.environ if env is None else env).items()
             if not k.startswith("JPUSHARE_")
         }
+        # sbatch's environment becomes the job's: leave its TZ alone there.
+        self._submit_env = base_env
         # Slurm prints local times without a zone: make "local" UTC so they parse exactly
         # (no DST fold), and the standard ISO format whatever the user configured.
-        base_env["TZ"] = "UTC0"
-        base_env["SLURM_TIME_FORMAT"] = "standard"
-        self._env = base_env
+        self._env = {**base_env, "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
 
     # ------------------------------------------------------------------ commands
 
-    def _run(self, argv: Sequence[str], stdin: str | None = None) -> CommandResult:
+    def _run(
+        self, argv: Sequence[str], stdin: str | None = None, *, submit: bool = False
+    ) -> CommandResult:
         """Run one Slurm command; SlurmError if it cannot run or times out."""
+        env = self._submit_env if submit else self._env
         try:
-            return self._runner(argv, stdin, self._env, self.timeout_s)
+            return self._runner(argv, stdin, env, self.timeout_s)
         except subprocess.TimeoutExpired as exc:
             raise SlurmError(f"{argv[0]} timed out after {self.timeout_s:g} s") from exc
         except OSError as exc:
@@ -194,7 +197,10 @@ class SlurmExecutor:
         return result.stdout
 
     def _squeue(self, *args: str) -> list[SlurmJob]:
-        out = self._checked([self.commands.squeue, "-h", "-t", "all", *args, "-O", SQUEUE_FORMAT])
+        # Our jobs run as our user unless submitted as their owners: then look at all.
+        scope = () if self.submit_as_user else ("--me",)
+        argv = [self.commands.squeue, "-h", "-t", "all", *scope, *args, "-O", SQUEUE_FORMAT]
+        out = self._checked(argv)
         return parse_squeue(out, UTC)
 
     # ------------------------------------------------------------------ mapping
@@ -269,7 +275,7 @@ class SlurmExecutor:
                 f"{spec.command}\n",
             ]
         )
-        result = self._run(argv, script)
+        result = self._run(argv, script, submit=True)
         if result.returncode != 0:
             message = sbatch_error(result.stderr or result.stdout)
             if _TRANSIENT.search(result.stderr):
