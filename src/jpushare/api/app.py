@@ -1,0 +1,99 @@
+"""The FastAPI application factory: `create_app(sessions, ...)`; nothing is built at import.
+
+    create_app(
+        sessionmaker,                       # sessions on a migrated database
+        *,
+        executor: Executor | None = None,   # for GET /v1/jobs/{id}/log and stopping runs on cancel
+        clock: Callable[[], datetime] = utc_now,
+        observed_busy: Callable[[Session], Mapping[(node, tier), int]] | None = None,
+        metrics: ServiceMetrics | None = None,
+    ) -> FastAPI
+
+- `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
+  dispatcher last observed them. It feeds "why", the queue, placements and /metrics.
+  Default: `store.held_by_jobs` (GPUs of JPU-Share's own DISPATCHED and RUNNING jobs).
+- `metrics`: share one `ServiceMetrics` with a dispatcher in the same process so its
+  `jpushare_dispatch_cycle_seconds` is exported too; default: a new one (`metrics_of(app)`
+  returns it).
+- `executor`: without one, cancel still cancels in the database (the dispatcher stops the
+  run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
+
+The app has no startup work and opens no connection until a request comes; serving it
+(uvicorn) and running the dispatcher are the caller's business (`jpushare serve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from jpushare.api import queries
+from jpushare.api.deps import ApiContext, BusySource, get_context
+from jpushare.api.errors import install_error_handlers
+from jpushare.api.routes import admin, cluster, jobs, service
+from jpushare.executors.base import Executor
+from jpushare.metrics import MetricFigures, ServiceMetrics
+from jpushare.store.times import utc_now
+
+API_VERSION = "1"
+
+DESCRIPTION = """\
+JPU-Share: one fair-share queue in front of a shared multi-GPU cluster.
+
+Authenticate with `Authorization: Bearer <token>` (ask an admin for a token).
+Every error is `{"error": {"code", "message", "details"}}` with code one of
+VALIDATION_ERROR, NO_FIT_PLACEMENT (422), UNAUTHENTICATED (401), FORBIDDEN (403),
+NOT_FOUND (404), CONFLICT (409), UNAVAILABLE (503), INTERNAL (500).
+"""
+
+
+def create_app(
+    sessions: sessionmaker[Session],
+    *,
+    executor: Executor | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    observed_busy: BusySource | None = None,
+    metrics: ServiceMetrics | None = None,
+) -> FastAPI:
+    """The JPU-Share REST API on `sessions` (see the module docstring)."""
+    busy: BusySource = observed_busy if observed_busy is not None else store.held_by_jobs
+    service_metrics = metrics if metrics is not None else ServiceMetrics()
+
+    def read_figures() -> MetricFigures:
+        with sessions.begin() as session:
+            return queries.metric_figures(session, store.placements(session, busy(session)))
+
+    service_metrics.collect_figures_from(read_figures)
+
+    app = FastAPI(
+        title="JPU-Share",
+        version=API_VERSION,
+        description=DESCRIPTION,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    app.state.jpushare = ApiContext(
+        sessions=sessions,
+        executor=executor,
+        clock=clock,
+        observed_busy=busy,
+        metrics=service_metrics,
+    )
+    install_error_handlers(app)
+    for router in (jobs.router, cluster.router, admin.router, service.router):
+        app.include_router(router)
+    return app
+
+
+def metrics_of(app: FastAPI) -> ServiceMetrics:
+    """The app's `ServiceMetrics` (e.g. to hand to a dispatcher in the same process)."""
+    context = app.state.jpushare
+    assert isinstance(context, ApiContext)
+    return context.metrics
+
+
+__all__ = ["create_app", "get_context", "metrics_of"]

@@ -1,0 +1,36 @@
+"""Who may act on a job: a student on their own, a pi on their lab's, an admin on any.
+
+Reading the queue, jobs, placements, labs and tiers is open to every authenticated user
+(it is one shared cluster, and "why" needs to name the other jobs). Cancelling a job and
+reading its log follow the rule above.
+"""
+
+from __future__ import annotations
+
+from jpushare.api.errors import ApiError, ErrorCode
+from jpushare.store.records import JobRecord, UserRecord
+from jpushare.store.schema import Role
+
+
+def may_manage(user: UserRecord, job: JobRecord) -> bool:
+    if user.role == Role.ADMIN.value:
+        return True
+    if user.role == Role.PI.value:
+        return job.lab_id == user.lab_id
+    return job.user_id == user.id
+
+
+def require_manage(user: UserRecord, job: JobRecord, action: str) -> None:
+    """403 FORBIDDEN unless `user` may `action` (e.g. "cancel") the job."""
+    if may_manage(user, job):
+        return
+    if user.role == Role.PI.value:
+        rule = f"a pi may {action} only jobs of their lab ({user.lab_name})"
+    else:
+        rule = f"a student may {action} only their own jobs"
+    raise ApiError(
+        403,
+        ErrorCode.FORBIDDEN,
+        f"job {job.id} belongs to {job.user_name} ({job.lab_name}): {rule}",
+        {"job_id": job.id, "owner": job.user_name, "lab": job.lab_name, "role": user.role},
+    )

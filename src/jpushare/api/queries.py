@@ -1,0 +1,201 @@
+"""Read-only queries the API needs and the store does not offer (yet).
+
+Only SELECTs, in the caller's session; no writes ever happen here. They answer questions
+about many rows at once (counts, the reservation history for /metrics) that the store's
+record-by-record functions would answer slowly. Candidates to move into the store.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import case, func, select, text
+from sqlalchemy.orm import Session
+
+from jpushare.metrics import HOLD_BUCKETS_S, MetricFigures, TierGpus
+from jpushare.policy.model import Placement
+from jpushare.store.schema import (
+    ACTIVE_STATES,
+    EventKind,
+    GpuTier,
+    Job,
+    JobEvent,
+    JobState,
+    Lab,
+)
+
+PlacementKey = tuple[str, str]
+
+
+def ping(session: Session) -> None:
+    """Raise if the database does not answer."""
+    session.execute(text("SELECT 1"))
+
+
+def tier_names_by_sort_order(session: Session) -> dict[int, str]:
+    """sort_order -> tier name (a job's minimum tier is stored as a sort order)."""
+    out: dict[int, str] = {}
+    rows = session.execute(select(GpuTier.sort_order, GpuTier.name).order_by(GpuTier.name))
+    for order, name in rows:
+        out.setdefault(order, name)
+    return out
+
+
+def job_counts_by_state(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
+    return {state: count for state, count in rows}
+
+
+def lab_job_counts(session: Session) -> dict[str, dict[str, int]]:
+    """lab name -> {"queued": n, "running": n} (running counts DISPATCHED too)."""
+    active = [s.value for s in ACTIVE_STATES]
+    rows = session.execute(
+        select(Lab.name, Job.state, func.count())
+        .join(Job, Job.lab_id == Lab.id)
+        .where(Job.state.in_([JobState.GLOBAL_QUEUE_WAIT.value, *active]))
+        .group_by(Lab.name, Job.state)
+    )
+    out: dict[str, dict[str, int]] = defaultdict(lambda: {"queued": 0, "running": 0})
+    for lab, state, count in rows:
+        key = "queued" if state == JobState.GLOBAL_QUEUE_WAIT.value else "running"
+        out[lab][key] += count
+    return dict(out)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReservation:
+    job_id: int
+    node: str
+    tier: str
+    gpus: int
+    num_gpus: int
+    since: datetime | None
+
+
+def reservations(session: Session) -> list[HeldReservation]:
+    """Every reservation held now (SPEC §7's partial index makes this cheap)."""
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.reserved_node_name,
+            GpuTier.name,
+            Job.reserved_gpus,
+            Job.num_gpus,
+            Job.reservation_since,
+        )
+        .join(GpuTier, GpuTier.id == Job.reserved_tier_id)
+        .where(Job.reserved_gpus > 0, Job.state == JobState.GLOBAL_QUEUE_WAIT.value)
+        .order_by(Job.id)
+    )
+    return [
+        HeldReservation(jid, node, tier, gpus, n, since)
+        for jid, node, tier, gpus, n, since in rows
+        if node is not None
+    ]
+
+
+def reserved_by_placement(held: Sequence[HeldReservation]) -> dict[PlacementKey, int]:
+    out: dict[PlacementKey, int] = defaultdict(int)
+    for r in held:
+        out[(r.node, r.tier)] += r.gpus
+    return dict(out)
+
+
+def tier_gpus(
+    placements: Sequence[Placement], reserved: Mapping[PlacementKey, int]
+) -> dict[str, TierGpus]:
+    """Per tier: capacity and how many GPUs are running, reserved, idle or unavailable."""
+    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    for p in placements:
+        s = sums[p.tier]
+        busy = min(p.busy, p.capacity)
+        held = min(reserved.get(p.key, 0), p.capacity - busy)
+        s[0] += p.capacity
+        s[1] += busy
+        s[2] += held
+        if p.schedulable:
+            s[3] += max(0, p.capacity - busy - held)
+        else:
+            s[4] += max(0, p.capacity - busy - held)
+    return {tier: TierGpus(*v) for tier, v in sums.items()}
+
+
+def _released_reason() -> object:
+    return JobEvent.detail["reason"].as_string()
+
+
+def reservation_history(session: Session) -> tuple[int, dict[str, int], list[int], int, float]:
+    """From `job_events`: (started, ended by reason, cumulative hold-time bucket counts,
+    ended count, summed hold seconds). Released events carry `held_s`; a cancel's does
+    not, so its hold time is `at - since`, computed here for those few rows."""
+    started = session.scalar(
+        select(func.count())
+        .select_from(JobEvent)
+        .where(JobEvent.kind == EventKind.RESERVATION_STARTED.value)
+    )
+    reason = JobEvent.detail["reason"].as_string()
+    ended = {
+        r: c
+        for r, c in session.execute(
+            select(reason, func.count())
+            .where(JobEvent.kind == EventKind.RELEASED.value)
+            .group_by(reason)
+        )
+        if r is not None
+    }
+    held = JobEvent.detail["held_s"].as_float()
+    released = JobEvent.kind == EventKind.RELEASED.value
+    row = session.execute(
+        select(
+            func.count(held),
+            func.coalesce(func.sum(held), 0.0),
+            *[func.coalesce(func.sum(case((held <= b, 1), else_=0)), 0) for b in HOLD_BUCKETS_S],
+        ).where(released)
+    ).one()
+    count, total = int(row[0]), float(row[1])
+    buckets = [int(v) for v in row[2:]]
+    # Released events without held_s (cancels): at - since, in Python.
+    since = JobEvent.detail["since"].as_string()
+    for at, since_text in session.execute(
+        select(JobEvent.at, since).where(released, held.is_(None), since.is_not(None))
+    ):
+        try:
+            seconds = max(0.0, (at - datetime.fromisoformat(since_text)).total_seconds())
+        except (TypeError, ValueError):
+            continue
+        count += 1
+        total += seconds
+        for i, b in enumerate(HOLD_BUCKETS_S):
+            if seconds <= b:
+                buckets[i] += 1
+    return int(started or 0), ended, buckets, count, total
+
+
+def metric_figures(
+    session: Session,
+    placements: Sequence[Placement],
+) -> MetricFigures:
+    """Everything /metrics shows from the database, in the caller's transaction."""
+    by_state = job_counts_by_state(session)
+    held = reservations(session)
+    started, ended, buckets, count, total = reservation_history(session)
+    submitted = session.scalar(
+        select(func.count()).select_from(JobEvent).where(JobEvent.kind == EventKind.SUBMITTED.value)
+    )
+    usage = {name: value for name, value in session.execute(select(Lab.name, Lab.cumulative_usage))}
+    return MetricFigures(
+        queue_length=by_state.get(JobState.GLOBAL_QUEUE_WAIT.value, 0),
+        jobs_by_state=by_state,
+        jobs_submitted=int(submitted or 0),
+        gpus_by_tier=tier_gpus(placements, reserved_by_placement(held)),
+        reservations_active=len(held),
+        reservations_started=started,
+        reservations_ended=ended,
+        hold_bucket_counts=buckets,
+        hold_count=count,
+        hold_sum_s=total,
+        lab_usage=usage,
+    )

@@ -1,0 +1,111 @@
+"""What every authenticated user may read about the cluster: queue, placements, labs, tiers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from jpushare import store
+from jpushare.api import queries
+from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
+from jpushare.api.schemas import (
+    ErrorPublic,
+    LabsPublic,
+    PlacementPublic,
+    PlacementReservation,
+    PlacementsPublic,
+    QueuePublic,
+    TiersPublic,
+    lab_public,
+    tier_public,
+)
+from jpushare.api.why import QueueView, queue_entries
+
+router = APIRouter(prefix="/v1", tags=["cluster"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
+    422: {"model": ErrorPublic, "description": "VALIDATION_ERROR"},
+}
+
+
+@router.get("/queue", responses=_ERRORS)
+def queue(
+    session: SessionDep,
+    user: CurrentUser,
+    ctx: ContextDep,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> QueuePublic:
+    """The queue in fair-share order (SPEC §1), each job with its rank (1 = top), its lab's
+    usage, its reservation and its "why", as the next dispatch cycle would see them."""
+    now = ctx.clock()
+    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
+    page = [int(j) for j in view.decisions.order[offset : offset + limit]]
+    records = store.get_jobs(session, page)
+    data = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
+    return QueuePublic(
+        data=data,
+        count=len(data),
+        queue_length=len(view.decisions.order),
+        top_job_id=view.top_job_id,
+        computed_at=now,
+    )
+
+
+@router.get("/placements", responses=_ERRORS)
+def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> PlacementsPublic:
+    """Every placement (node, tier) with capacity, busy, reserved and idle GPUs and its
+    node's state: where research jobs can start now, and where the LLM router may serve."""
+    now = ctx.clock()
+    places = store.placements(session, ctx.busy(session))
+    nodes = {n.name: n for n in store.list_nodes(session)}
+    tflops = {t.name: t.tflops for t in store.list_tiers(session)}
+    held = queries.reservations(session)
+    by_place: dict[tuple[str, str], list[PlacementReservation]] = defaultdict(list)
+    for r in held:
+        by_place[(r.node, r.tier)].append(
+            PlacementReservation(job_id=r.job_id, gpus=r.gpus, of=r.num_gpus, since=r.since)
+        )
+    data = []
+    for p in places:
+        node = nodes.get(p.node)
+        busy = min(p.busy, p.capacity)
+        reserved = min(sum(r.gpus for r in by_place[p.key]), p.capacity - busy)
+        idle = max(0, p.free - reserved)
+        data.append(
+            PlacementPublic(
+                node=p.node,
+                tier=p.tier,
+                tflops=tflops.get(p.tier, 0.0),
+                capacity=p.capacity,
+                busy=busy,
+                reserved=reserved,
+                idle=idle,
+                llm_backfill_gpus=idle + reserved if p.schedulable else 0,
+                schedulable=p.schedulable,
+                node_state=node.state if node else "unknown",
+                node_state_reason=node.state_reason if node else None,
+                drained=node.admin_drained if node else False,
+                drain_reason=node.drain_reason if node else None,
+                reservations=by_place[p.key],
+            )
+        )
+    return PlacementsPublic(data=data, count=len(data), computed_at=now)
+
+
+@router.get("/labs", responses=_ERRORS)
+def labs(session: SessionDep, user: CurrentUser) -> LabsPublic:
+    """Every lab, least usage first (the fair-share order), with its queued and running jobs."""
+    counts = queries.lab_job_counts(session)
+    data = [lab_public(lab, counts.get(lab.name)) for lab in store.list_labs(session)]
+    return LabsPublic(data=data, count=len(data))
+
+
+@router.get("/tiers", responses=_ERRORS)
+def tiers(session: SessionDep, user: CurrentUser) -> TiersPublic:
+    """Every GPU tier, strongest first."""
+    data = [tier_public(t) for t in store.list_tiers(session)]
+    return TiersPublic(data=data, count=len(data))

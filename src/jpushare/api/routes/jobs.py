@@ -1,0 +1,194 @@
+"""/v1/jobs: submit, list, read, cancel, why, log."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Path, Query
+
+from jpushare import store
+from jpushare.api import queries
+from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
+from jpushare.api.errors import ApiError, ErrorCode
+from jpushare.api.permissions import require_manage
+from jpushare.api.schemas import (
+    INT64_MAX,
+    ErrorPublic,
+    JobCreate,
+    JobPublic,
+    JobsPublic,
+    LogPublic,
+    Name,
+    WhyPublic,
+    job_public,
+)
+from jpushare.api.why import QueueView, history_why, queued_why
+from jpushare.executors.base import Executor
+from jpushare.store.schema import JobState
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="the job id")]
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
+    422: {"model": ErrorPublic, "description": "VALIDATION_ERROR"},
+}
+_JOB_ERRORS: dict[int | str, dict[str, object]] = {
+    **_ERRORS,
+    404: {"model": ErrorPublic, "description": "NOT_FOUND"},
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={
+        **_ERRORS,
+        422: {"model": ErrorPublic, "description": "VALIDATION_ERROR or NO_FIT_PLACEMENT"},
+    },
+)
+def submit_job(
+    body: JobCreate, session: SessionDep, user: CurrentUser, ctx: ContextDep
+) -> JobPublic:
+    """Queue a job (SPEC §2). 422 NO_FIT_PLACEMENT (nothing stored) when no placement could
+    ever hold it; `details.alternatives` says what could be asked instead."""
+    job = store.submit_job(
+        session,
+        user_id=user.id,
+        name=body.name,
+        command=body.command,
+        num_gpus=body.num_gpus,
+        now=ctx.clock(),
+        min_tier=body.min_tier,
+        time_limit_s=body.time_limit_s,
+    )
+    return job_public(job, queries.tier_names_by_sort_order(session))
+
+
+@router.get("", responses=_ERRORS)
+def list_jobs(
+    session: SessionDep,
+    user: CurrentUser,
+    state: Annotated[list[JobState] | None, Query(description="repeat for several")] = None,
+    lab: Annotated[Name | None, Query(description="lab name")] = None,
+    mine: Annotated[bool, Query(description="only my jobs")] = False,
+    before_id: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JobsPublic:
+    """Jobs, newest first; every filter narrows. Page with `before_id`."""
+    jobs = store.list_jobs(
+        session,
+        store.JobFilter(
+            states=tuple(state) if state else None,
+            lab=lab,
+            user_id=user.id if mine else None,
+            before_id=before_id,
+            limit=limit,
+        ),
+    )
+    tiers = queries.tier_names_by_sort_order(session)
+    return JobsPublic(
+        data=[job_public(j, tiers) for j in jobs],
+        count=len(jobs),
+        next_before_id=jobs[-1].id if len(jobs) == limit else None,
+    )
+
+
+@router.get("/{job_id}", responses=_JOB_ERRORS)
+def get_job(job_id: JobIdPath, session: SessionDep, user: CurrentUser) -> JobPublic:
+    return job_public(store.get_job(session, job_id), queries.tier_names_by_sort_order(session))
+
+
+def _stop_run(executor: Executor, job_id: int, attempt: int, executor_id: str | None) -> None:
+    """After a cancel commits: stop the run (idempotent; a failure is only logged, since
+    the dispatcher's next observation sees the run of a cancelled job and stops it)."""
+    try:
+        run_id = executor_id
+        if run_id is None:
+            run = executor.find(store.policy_job_id(job_id), attempt)
+            run_id = run.executor_id if run is not None else None
+        if run_id is not None:
+            executor.cancel(run_id)
+    except Exception:
+        log.exception("cancel of job %s: could not stop attempt %s", job_id, attempt)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    responses={
+        **_JOB_ERRORS,
+        403: {"model": ErrorPublic, "description": "FORBIDDEN"},
+        409: {"model": ErrorPublic, "description": "CONFLICT: the job has ended"},
+    },
+)
+def cancel_job(
+    job_id: JobIdPath,
+    session: SessionDep,
+    user: CurrentUser,
+    ctx: ContextDep,
+    background: BackgroundTasks,
+) -> JobPublic:
+    """Cancel a job (a student their own, a pi their lab's, an admin any). Its lab is charged
+    what it held; a reservation is released (S11); a running job's run is stopped."""
+    job = store.get_job(session, job_id)
+    require_manage(user, job, "cancel")
+    done = store.cancel_job(session, job_id, ctx.clock(), reason=f"cancelled by {user.name}")
+    if done.stop_attempt is not None and ctx.executor is not None:
+        # Runs after the commit and after the response: the executor may block a little.
+        background.add_task(
+            _stop_run, ctx.executor, job_id, done.stop_attempt, done.stop_executor_id
+        )
+    return job_public(done.job, queries.tier_names_by_sort_order(session))
+
+
+@router.get("/{job_id}/why", responses=_JOB_ERRORS)
+def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextDep) -> WhyPublic:
+    """Why the job is not running (SPEC §8), or what happened to it."""
+    job = store.get_job(session, job_id)
+    history = store.job_history(session, job_id)
+    tiers = queries.tier_names_by_sort_order(session)
+    now = ctx.clock()
+    if job.state != JobState.GLOBAL_QUEUE_WAIT.value:
+        return history_why(job, history, tiers, now)
+    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
+    return queued_why(view, job, history, tiers)
+
+
+@router.get(
+    "/{job_id}/log",
+    responses={
+        **_JOB_ERRORS,
+        403: {"model": ErrorPublic, "description": "FORBIDDEN"},
+        503: {"model": ErrorPublic, "description": "UNAVAILABLE: no executor here"},
+    },
+)
+def job_log(
+    job_id: JobIdPath,
+    session: SessionDep,
+    user: CurrentUser,
+    ctx: ContextDep,
+    attempt: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+) -> LogPublic:
+    """The output of the job's last attempt (or `attempt`), from the executor. Same
+    permission as cancel: a student their own jobs, a pi their lab's, an admin any."""
+    job = store.get_job(session, job_id)
+    require_manage(user, job, "read the log of")
+    which = attempt if attempt is not None else job.attempts
+    if which == 0:
+        return LogPublic(job_id=job.id, attempt=0, log="")
+    if which > job.attempts:
+        raise ApiError(
+            404,
+            ErrorCode.NOT_FOUND,
+            f"job {job.id} has had {job.attempts} attempts, not {which}",
+            {"job_id": job.id, "attempts": job.attempts},
+        )
+    if ctx.executor is None:
+        raise ApiError(503, ErrorCode.UNAVAILABLE, "this API process has no executor to ask")
+    return LogPublic(
+        job_id=job.id, attempt=which, log=ctx.executor.log(store.policy_job_id(job.id), which)
+    )

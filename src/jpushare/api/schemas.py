@@ -1,0 +1,463 @@
+"""The API's request and response bodies (pydantic), in families per resource.
+
+`XCreate` is what a client sends, `XPublic` what it gets back, `XsPublic` a list of them.
+Every string a client sends is bounded and free of NUL characters and every integer fits
+its column, so bad input is a 422 VALIDATION_ERROR here and never a database error later.
+Records from the store become `XPublic` through the `*_public` functions at the end.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
+from jpushare.store.records import (
+    JobRecord,
+    LabRecord,
+    NodeRecord,
+    TierRecord,
+    TokenRecord,
+    UserRecord,
+)
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+def _trimmed_name(value: str) -> str:
+    value = _no_nul(value).strip()
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_trimmed_name)]
+"""A lab, user, tier or node name (the columns are VARCHAR(100) / TEXT)."""
+
+JobId = Annotated[int, Field(ge=1, le=INT64_MAX)]
+GpuCount = Annotated[int, Field(ge=MIN_GPUS, le=MAX_GPUS)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+class JobCreate(_In):
+    """A job to queue (SPEC §2). `num_gpus` 1-8 for every role; `min_tier` by name."""
+
+    name: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] = Field(
+        default="", description="default: the command's first word"
+    )
+    command: Annotated[str, Field(min_length=1, max_length=100_000), AfterValidator(_no_nul)]
+    num_gpus: GpuCount
+    min_tier: Name | None = Field(default=None, description="the weakest GPU tier it may use")
+    time_limit_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
+
+
+class ReservationPublic(BaseModel):
+    """A queued job's reservation: `gpus` of its `of` GPUs on one placement (SPEC §3 R1)."""
+
+    node: str
+    tier: str
+    gpus: int
+    of: int
+    since: datetime | None
+
+
+class JobPublic(BaseModel):
+    id: int
+    name: str
+    command: str
+    user: str
+    lab: str
+    num_gpus: int
+    min_tier: str | None = Field(description="the weakest tier it may run on now")
+    minimum_tier_sort_order: int
+    state: str
+    submitted_at: datetime
+    queue_entered_at: datetime
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    node: str | None
+    tier: str | None
+    attempts: int
+    exit_code: int | None
+    reason: str | None
+    time_limit_s: float | None
+    run_cost_tflop_s: float
+    reservation_cost_tflop_s: float
+    charged_tflop_s: float = Field(description="how much of its bill has reached its lab")
+    reservation: ReservationPublic | None
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    count: int
+    next_before_id: int | None = Field(description="pass as before_id for the next page")
+
+
+class LogPublic(BaseModel):
+    job_id: int
+    attempt: int
+    log: str
+
+
+# --- why and the queue ---------------------------------------------------------------------
+
+
+class PlacementView(BaseModel):
+    """One placement's numbers as a waiting job sees them (SPEC §8)."""
+
+    node: str
+    tier: str
+    capacity: int
+    busy: int
+    reserved: int
+    idle: int
+    schedulable: bool
+
+
+class BlockingPublic(BaseModel):
+    job_id: int
+    reservation: ReservationPublic
+
+
+class DispatchPublic(BaseModel):
+    node: str
+    tier: str
+    num_gpus: int
+
+
+class WhyPublic(BaseModel):
+    """The answer to "why isn't my job running?" (SPEC §8), with the numbers behind it.
+
+    For a queued job `code` is the policy's WhyCode (or STARTING when the next cycle will
+    dispatch it) and `rank` is 1 for the top job; for any other job `code` is its state and
+    the sentence says what happened, from its history.
+    """
+
+    job_id: int
+    state: str
+    code: str
+    sentence: str
+    rank: int | None = None
+    queue_length: int | None = None
+    top_job_id: int | None = None
+    num_gpus: int
+    min_tier: str | None = None
+    fit_placements: int | None = None
+    schedulable_fit_placements: int | None = None
+    best_idle: int | None = None
+    reservation: ReservationPublic | None = None
+    blocking: BlockingPublic | None = None
+    dispatch: DispatchPublic | None = None
+    placements: list[PlacementView] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="earlier events worth knowing")
+
+
+class QueueEntryPublic(BaseModel):
+    rank: int
+    job_id: int
+    name: str
+    user: str
+    lab: str
+    lab_usage_tflop_s: float
+    num_gpus: int
+    min_tier: str | None
+    queue_entered_at: datetime
+    reservation: ReservationPublic | None
+    code: str
+    sentence: str
+
+
+class QueuePublic(BaseModel):
+    data: list[QueueEntryPublic]
+    count: int = Field(description="entries in this page")
+    queue_length: int
+    top_job_id: int | None
+    computed_at: datetime
+
+
+class PlacementReservation(BaseModel):
+    job_id: int
+    gpus: int
+    of: int
+    since: datetime | None
+
+
+class PlacementPublic(BaseModel):
+    """One placement (node, tier) for people and for the LLM backfill router.
+
+    `idle` GPUs are free for research jobs now; `reserved` ones are closed to other research
+    jobs but keep serving LLM backfill (R4); `llm_backfill_gpus` = idle + reserved is what
+    the router may use until it is told to yield.
+    """
+
+    node: str
+    tier: str
+    tflops: float
+    capacity: int
+    busy: int
+    reserved: int
+    idle: int
+    llm_backfill_gpus: int
+    schedulable: bool
+    node_state: str
+    node_state_reason: str | None
+    drained: bool
+    drain_reason: str | None
+    reservations: list[PlacementReservation]
+
+
+class PlacementsPublic(BaseModel):
+    data: list[PlacementPublic]
+    count: int
+    computed_at: datetime
+
+
+# --- labs, tiers, nodes, users, tokens ------------------------------------------------------
+
+
+class LabCreate(_In):
+    name: Name
+
+
+class LabPublic(BaseModel):
+    name: str
+    usage_tflop_s: float
+    queued_jobs: int = 0
+    running_jobs: int = 0
+    created_at: datetime
+
+
+class LabsPublic(BaseModel):
+    data: list[LabPublic]
+    count: int
+
+
+class TierCreate(_In):
+    name: Name
+    tflops: Annotated[float, Field(gt=0, le=1e9)]
+    sort_order: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)]
+    max_gpus: GpuCount = 8
+    auto_assign: bool = True
+    partition: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] | None = None
+
+
+class TierUpdate(_In):
+    tflops: Annotated[float, Field(gt=0, le=1e9)] | None = None
+    sort_order: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)] | None = None
+    max_gpus: GpuCount | None = None
+    auto_assign: bool | None = None
+    partition: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] | None = None
+
+
+class TierPublic(BaseModel):
+    name: str
+    tflops: float
+    sort_order: int
+    max_gpus: int
+    auto_assign: bool
+    partition: str | None
+
+
+class TiersPublic(BaseModel):
+    data: list[TierPublic]
+    count: int
+
+
+class NodeGpusUpdate(_In):
+    """The node's GPUs, tier name -> count; tiers not named lose theirs."""
+
+    gpus: dict[Name, Annotated[int, Field(ge=0, le=1024)]]
+
+
+class NodeDrain(_In):
+    reason: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_no_nul)]
+
+
+class GpuSchedulable(_In):
+    schedulable: bool
+
+
+class NodePublic(BaseModel):
+    name: str
+    state: str
+    state_reason: str | None
+    drained: bool
+    drain_reason: str | None
+    schedulable: bool
+    observed_at: datetime | None
+    updated_at: datetime
+    gpus: dict[str, int]
+
+
+class NodesPublic(BaseModel):
+    data: list[NodePublic]
+    count: int
+
+
+class UserCreate(_In):
+    name: Name
+    lab: Name
+    role: Literal["student", "pi", "admin"] = "student"
+
+
+class UserPublic(BaseModel):
+    id: int
+    name: str
+    lab: str
+    role: str
+    created_at: datetime
+
+
+class UsersPublic(BaseModel):
+    data: list[UserPublic]
+    count: int
+
+
+class TokenCreate(_In):
+    label: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] = ""
+
+
+class TokenPublic(BaseModel):
+    id: int
+    user_id: int
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class TokensPublic(BaseModel):
+    data: list[TokenPublic]
+    count: int
+
+
+class IssuedTokenPublic(BaseModel):
+    """A new token. `secret` is shown this once; only its hash is stored."""
+
+    token: TokenPublic
+    secret: str
+
+
+class RevokedPublic(BaseModel):
+    token_id: int
+    revoked: bool = Field(description="False if it was revoked already")
+
+
+class HealthPublic(BaseModel):
+    status: Literal["ok", "degraded"]
+    database: Literal["ok", "unreachable"]
+    time: datetime
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorPublic(BaseModel):
+    """Every error response: `{"error": {"code", "message", "details"}}`."""
+
+    error: ErrorBody
+
+
+# --- records -> public ----------------------------------------------------------------------
+
+
+def job_public(job: JobRecord, tier_by_order: dict[int, str]) -> JobPublic:
+    reservation = None
+    if job.reserved_gpus > 0 and job.reserved_node_name and job.reserved_tier_name:
+        reservation = ReservationPublic(
+            node=job.reserved_node_name,
+            tier=job.reserved_tier_name,
+            gpus=job.reserved_gpus,
+            of=job.num_gpus,
+            since=job.reservation_since,
+        )
+    return JobPublic(
+        id=job.id,
+        name=job.name,
+        command=job.command,
+        user=job.user_name,
+        lab=job.lab_name,
+        num_gpus=job.num_gpus,
+        min_tier=tier_by_order.get(job.minimum_tier_sort_order),
+        minimum_tier_sort_order=job.minimum_tier_sort_order,
+        state=job.state,
+        submitted_at=job.submitted_at,
+        queue_entered_at=job.queue_entered_at,
+        dispatched_at=job.dispatched_at,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        node=job.node_name,
+        tier=job.tier_name,
+        attempts=job.attempts,
+        exit_code=job.exit_code,
+        reason=job.reason,
+        time_limit_s=job.time_limit_s,
+        run_cost_tflop_s=job.run_cost,
+        reservation_cost_tflop_s=job.reservation_gpu_seconds,
+        charged_tflop_s=job.charged_tflop_s,
+        reservation=reservation,
+    )
+
+
+def lab_public(lab: LabRecord, counts: dict[str, int] | None = None) -> LabPublic:
+    c = counts or {}
+    return LabPublic(
+        name=lab.name,
+        usage_tflop_s=lab.cumulative_usage,
+        queued_jobs=c.get("queued", 0),
+        running_jobs=c.get("running", 0),
+        created_at=lab.created_at,
+    )
+
+
+def tier_public(t: TierRecord) -> TierPublic:
+    return TierPublic(
+        name=t.name,
+        tflops=t.tflops,
+        sort_order=t.sort_order,
+        max_gpus=t.max_gpus,
+        auto_assign=t.auto_assign,
+        partition=t.partition,
+    )
+
+
+def node_public(n: NodeRecord) -> NodePublic:
+    return NodePublic(
+        name=n.name,
+        state=n.state,
+        state_reason=n.state_reason,
+        drained=n.admin_drained,
+        drain_reason=n.drain_reason,
+        schedulable=n.schedulable,
+        observed_at=n.observed_at,
+        updated_at=n.updated_at,
+        gpus=dict(n.gpus),
+    )
+
+
+def user_public(u: UserRecord) -> UserPublic:
+    return UserPublic(id=u.id, name=u.name, lab=u.lab_name, role=u.role, created_at=u.created_at)
+
+
+def token_public(t: TokenRecord) -> TokenPublic:
+    return TokenPublic(
+        id=t.id, user_id=t.user_id, label=t.label, created_at=t.created_at, revoked_at=t.revoked_at
+    )

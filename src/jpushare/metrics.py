@@ -1,0 +1,208 @@
+"""The Prometheus metrics of the service: their names, and the hook the dispatcher calls.
+
+One `ServiceMetrics` per process holds its own `CollectorRegistry` (never the global
+one, so two apps in one test process cannot collide). It exports two kinds of figures:
+
+- **From the database, at scrape time** (`collect_figures_from`): queue length, jobs by
+  state, GPUs running/reserved/idle per tier, reservations started and ended by reason,
+  reservation hold time, lab usage. They are read from the tables, reservations from the
+  `job_events` history, so every API replica reports the same, correct numbers whichever
+  process did the work.
+- **In-process**: `jpushare_dispatch_cycle_seconds`, a Histogram the dispatcher feeds.
+
+Dispatcher hook (the dispatcher is written elsewhere; it only needs this):
+
+    metrics = ServiceMetrics()                       # or: metrics_of(app) / app's one
+    app = create_app(sessions, metrics=metrics)      # the API exports the same registry
+    with metrics.time_dispatch_cycle():              # around one whole cycle, or
+        run_one_cycle()
+    metrics.observe_dispatch_cycle(seconds)          # with a duration measured elsewhere
+
+When the API and the dispatcher share a process, pass the same `ServiceMetrics` to both
+(`create_app(..., metrics=m)`, or take `jpushare.api.metrics_of(app)`): GET /metrics then
+shows the histogram next to the database figures. A dispatcher in a process without the
+API may keep its own instance; its histogram is then simply not scraped.
+
+Names (labels in braces):
+    jpushare_queue_length                                  gauge
+    jpushare_jobs{state}                                   gauge, every JobState
+    jpushare_jobs_submitted_total                          counter
+    jpushare_gpus{tier,status}                             gauge, status: running | reserved |
+                                                           idle | unavailable
+    jpushare_gpu_capacity{tier}                            gauge
+    jpushare_reservations_active                           gauge
+    jpushare_reservations_started_total                    counter
+    jpushare_reservations_ended_total{reason}              counter, reason: filled | swap |
+                                                           r3 | r5 | cancel
+    jpushare_reservation_hold_seconds                      histogram, ended reservations
+    jpushare_lab_usage_tflop_seconds{lab}                  gauge
+    jpushare_database_up                                   gauge, 0 when the figures could
+                                                           not be read (the rest are absent)
+    jpushare_dispatch_cycle_seconds                        histogram, from the hook
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from jpushare.policy.model import ReleaseReason
+from jpushare.store.schema import JobState
+
+log = logging.getLogger(__name__)
+
+# A cycle should take well under a second (target: 500 ms with 10,000 queued jobs).
+DISPATCH_CYCLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Reservations last from one cycle (5 s) to hours.
+HOLD_BUCKETS_S = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
+GPU_STATUSES = ("running", "reserved", "idle", "unavailable")
+RELEASE_REASONS = tuple(r.value for r in ReleaseReason)
+
+
+@dataclass(frozen=True, slots=True)
+class TierGpus:
+    """One tier's GPUs, summed over its placements."""
+
+    capacity: int = 0
+    running: int = 0  # busy: used by research jobs now
+    reserved: int = 0  # held by reservations (R4)
+    idle: int = 0  # free for research jobs, on schedulable placements
+    unavailable: int = 0  # neither busy nor reserved, on down or drained nodes
+
+
+@dataclass(frozen=True, slots=True)
+class MetricFigures:
+    """Everything the database-backed metrics show, read in one transaction."""
+
+    queue_length: int
+    jobs_by_state: Mapping[str, int]
+    jobs_submitted: int
+    gpus_by_tier: Mapping[str, TierGpus]
+    reservations_active: int
+    reservations_started: int
+    reservations_ended: Mapping[str, int]  # reason -> count
+    # Ended reservations' hold times: cumulative counts per HOLD_BUCKETS_S bound, then all.
+    hold_bucket_counts: Sequence[int] = field(default_factory=tuple)
+    hold_count: int = 0
+    hold_sum_s: float = 0.0
+    lab_usage: Mapping[str, float] = field(default_factory=dict)
+
+
+class FiguresCollector(Collector):
+    """Reads `MetricFigures` on every scrape and turns them into metric families."""
+
+    def __init__(self, read: Callable[[], MetricFigures]) -> None:
+        self._read = read
+
+    def describe(self) -> Iterable[Metric]:
+        # Without this, registering would call collect() (and hit the database) at once.
+        return list(_families(None))
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            figures = self._read()
+        except Exception:
+            log.exception("metrics: the database figures could not be read")
+            up = GaugeMetricFamily("jpushare_database_up", "1 if the figures below were read")
+            up.add_metric([], 0)
+            return [up]
+        return list(_families(figures))
+
+
+def _families(f: MetricFigures | None) -> Iterator[Metric]:
+    up = GaugeMetricFamily("jpushare_database_up", "1 if the database figures were read")
+    queue = GaugeMetricFamily("jpushare_queue_length", "jobs in GLOBAL_QUEUE_WAIT")
+    jobs = GaugeMetricFamily("jpushare_jobs", "jobs by state", labels=["state"])
+    submitted = CounterMetricFamily("jpushare_jobs_submitted", "jobs ever submitted")
+    gpus = GaugeMetricFamily(
+        "jpushare_gpus",
+        "GPUs per tier: running, reserved, idle, unavailable",
+        labels=["tier", "status"],
+    )
+    capacity = GaugeMetricFamily("jpushare_gpu_capacity", "GPUs in the inventory", labels=["tier"])
+    active = GaugeMetricFamily("jpushare_reservations_active", "reservations held now")
+    started = CounterMetricFamily("jpushare_reservations_started", "reservations ever started")
+    ended = CounterMetricFamily(
+        "jpushare_reservations_ended", "reservations ended, by reason", labels=["reason"]
+    )
+    hold = HistogramMetricFamily(
+        "jpushare_reservation_hold_seconds", "how long ended reservations were held"
+    )
+    usage = GaugeMetricFamily(
+        "jpushare_lab_usage_tflop_seconds", "lab cumulative usage (SPEC §4)", labels=["lab"]
+    )
+    if f is not None:
+        up.add_metric([], 1)
+        queue.add_metric([], f.queue_length)
+        for state in JobState:
+            jobs.add_metric([state.value], f.jobs_by_state.get(state.value, 0))
+        submitted.add_metric([], f.jobs_submitted)
+        for tier, t in sorted(f.gpus_by_tier.items()):
+            capacity.add_metric([tier], t.capacity)
+            for status in GPU_STATUSES:
+                gpus.add_metric([tier, status], getattr(t, status))
+        active.add_metric([], f.reservations_active)
+        started.add_metric([], f.reservations_started)
+        for reason in RELEASE_REASONS:
+            ended.add_metric([reason], f.reservations_ended.get(reason, 0))
+        counts = list(f.hold_bucket_counts) or [0] * len(HOLD_BUCKETS_S)
+        buckets = [(_bound(b), float(c)) for b, c in zip(HOLD_BUCKETS_S, counts, strict=True)]
+        buckets.append(("+Inf", float(f.hold_count)))
+        hold.add_metric([], buckets, f.hold_sum_s)
+        for lab, value in sorted(f.lab_usage.items()):
+            usage.add_metric([lab], value)
+    yield from (up, queue, jobs, submitted, gpus, capacity, active, started, ended, hold, usage)
+
+
+def _bound(b: float) -> str:
+    return str(int(b)) if b == int(b) else str(b)
+
+
+class ServiceMetrics:
+    """One process's metrics registry; see the module docstring for the dispatcher hook."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.dispatch_cycle_seconds = Histogram(
+            "jpushare_dispatch_cycle_seconds",
+            "one dispatcher cycle: observe, snapshot, decide, record, act",
+            buckets=DISPATCH_CYCLE_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._figures: FiguresCollector | None = None
+
+    def observe_dispatch_cycle(self, seconds: float) -> None:
+        """Record one dispatcher cycle's duration (the dispatcher's hook)."""
+        self.dispatch_cycle_seconds.observe(max(0.0, seconds))
+
+    @contextmanager
+    def time_dispatch_cycle(self) -> Iterator[None]:
+        """Time the block as one dispatcher cycle (recorded even if it raises)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe_dispatch_cycle(time.perf_counter() - start)
+
+    def collect_figures_from(self, read: Callable[[], MetricFigures]) -> None:
+        """Export the database figures, read by `read` on each scrape (once per registry)."""
+        if self._figures is not None:
+            self.registry.unregister(self._figures)
+        self._figures = FiguresCollector(read)
+        self.registry.register(self._figures)
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
