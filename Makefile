@@ -1,9 +1,10 @@
-# The two commands of the README. Each sets up .venv from requirements.lock first.
+# The README's two commands, `make run` and `make test`, each set up .venv first.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+LINT_PATHS := src tests bench scripts
 
-.PHONY: run test setup lint bench
+.PHONY: run test setup lint services bench simulate
 
 $(BIN)/jpushare: requirements.lock pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,15 +14,24 @@ $(BIN)/jpushare: requirements.lock pyproject.toml
 
 setup: $(BIN)/jpushare
 
+# The service on its embedded defaults: SQLite, local executor, examples/cluster.yaml.
 run: setup
+	$(BIN)/jpushare serve --demo
+
+# The simulator on the shipped example (no service needed).
+simulate: setup
 	$(BIN)/jpushare simulate --cluster examples/cluster.yaml --trace examples/trace.csv --out out/example
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 
-test: setup lint
+# PostgreSQL (for the store tests) and the fake Slurm cluster (for the Slurm tests).
+services:
+	bash scripts/ensure-services.sh
+
+test: setup lint services
 	$(BIN)/pytest -q
 
 bench: setup
