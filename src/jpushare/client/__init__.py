@@ -1,0 +1,17 @@
+"""The JPU-Share API client for users and scripts: `Client`, one method per endpoint.
+
+    from jpushare.client import Client, ApiError
+    with Client("http://127.0.0.1:8000", token) as api:
+        job = api.submit("train", "python train.py", num_gpus=2)
+        print(api.why(job["id"])["sentence"])
+
+Methods return the API's JSON (dicts); every failure raises `ApiError` carrying the API's
+error code, message and details (or UNREACHABLE / BAD_RESPONSE when there is no proper
+answer). `jpushare.client.cli` is the command line on top of it; `config` finds the URL and
+token. Importing this package does not import the server (FastAPI, SQLAlchemy).
+"""
+
+from jpushare.client.api import ApiError, Client
+from jpushare.client.config import ClientConfig, load_client_config
+
+__all__ = ["ApiError", "Client", "ClientConfig", "load_client_config"]

@@ -1,0 +1,264 @@
+"""`Client`: an httpx client with one method per API endpoint, and its typed `ApiError`.
+
+All I/O passes through `_call`, which turns every non-2xx answer into `ApiError` with the
+server's `{"error": {code, message, details}}`, and a connection failure into code
+UNREACHABLE; tests can pass `transport=httpx.MockTransport(handler)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+JSON = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API said no (or could not be reached). `status` is 0 when there was no answer."""
+
+    def __init__(
+        self, code: str, message: str, status: int = 0, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+        self.details: dict[str, Any] = dict(details or {})
+
+
+class Client:
+    """The JPU-Share REST API at `url`, authenticated with `token`."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Accept": "application/json", "User-Agent": "jpushare-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- the one I/O method ----------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, json=json, params=clean)
+        except httpx.TimeoutException as exc:
+            raise ApiError("UNREACHABLE", f"{self.url} did not answer in time ({exc})") from exc
+        except httpx.TransportError as exc:
+            raise ApiError("UNREACHABLE", f"cannot reach {self.url}: {exc}") from exc
+        if response.is_success:
+            if path == "/metrics":
+                return response.text
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise ApiError(
+                    "BAD_RESPONSE", f"{method} {path}: not JSON", response.status_code
+                ) from exc
+        try:
+            error = response.json()["error"]
+            raise ApiError(
+                str(error["code"]),
+                str(error["message"]),
+                response.status_code,
+                error.get("details") or {},
+            )
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(
+                "BAD_RESPONSE",
+                f"{method} {path}: HTTP {response.status_code} {response.text[:200]!r}",
+                response.status_code,
+            ) from None
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        name: str,
+        command: str,
+        num_gpus: int,
+        *,
+        min_tier: str | None = None,
+        time_limit_s: float | None = None,
+    ) -> JSON:
+        body: JSON = {"name": name, "command": command, "num_gpus": num_gpus}
+        if min_tier is not None:
+            body["min_tier"] = min_tier
+        if time_limit_s is not None:
+            body["time_limit_s"] = time_limit_s
+        result: JSON = self._call("POST", "/v1/jobs", json=body)
+        return result
+
+    def jobs(
+        self,
+        *,
+        states: Sequence[str] = (),
+        lab: str | None = None,
+        mine: bool = False,
+        before_id: int | None = None,
+        limit: int | None = None,
+    ) -> JSON:
+        params: dict[str, Any] = {
+            "state": list(states) or None,
+            "lab": lab,
+            "mine": "true" if mine else None,
+            "before_id": before_id,
+            "limit": limit,
+        }
+        result: JSON = self._call("GET", "/v1/jobs", params=params)
+        return result
+
+    def job(self, job_id: int) -> JSON:
+        result: JSON = self._call("GET", f"/v1/jobs/{job_id}")
+        return result
+
+    def cancel(self, job_id: int) -> JSON:
+        result: JSON = self._call("POST", f"/v1/jobs/{job_id}/cancel")
+        return result
+
+    def why(self, job_id: int) -> JSON:
+        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/why")
+        return result
+
+    def log(self, job_id: int, attempt: int | None = None) -> JSON:
+        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/log", params={"attempt": attempt})
+        return result
+
+    # --- the cluster -----------------------------------------------------------------------
+
+    def queue(self, *, offset: int | None = None, limit: int | None = None) -> JSON:
+        result: JSON = self._call("GET", "/v1/queue", params={"offset": offset, "limit": limit})
+        return result
+
+    def placements(self) -> JSON:
+        result: JSON = self._call("GET", "/v1/placements")
+        return result
+
+    def labs(self) -> JSON:
+        result: JSON = self._call("GET", "/v1/labs")
+        return result
+
+    def tiers(self) -> JSON:
+        result: JSON = self._call("GET", "/v1/tiers")
+        return result
+
+    def healthz(self) -> JSON:
+        result: JSON = self._call("GET", "/healthz")
+        return result
+
+    def metrics(self) -> str:
+        text: str = self._call("GET", "/metrics")
+        return text
+
+    # --- admin -----------------------------------------------------------------------------
+
+    def create_tier(
+        self,
+        name: str,
+        tflops: float,
+        sort_order: int,
+        *,
+        max_gpus: int = 8,
+        auto_assign: bool = True,
+        partition: str | None = None,
+    ) -> JSON:
+        body = {
+            "name": name,
+            "tflops": tflops,
+            "sort_order": sort_order,
+            "max_gpus": max_gpus,
+            "auto_assign": auto_assign,
+            "partition": partition,
+        }
+        result: JSON = self._call("POST", "/v1/admin/tiers", json=body)
+        return result
+
+    def update_tier(self, name: str, **fields: Any) -> JSON:
+        result: JSON = self._call("PATCH", f"/v1/admin/tiers/{name}", json=fields)
+        return result
+
+    def nodes(self) -> JSON:
+        result: JSON = self._call("GET", "/v1/admin/nodes")
+        return result
+
+    def set_node_gpus(self, node: str, gpus: Mapping[str, int]) -> JSON:
+        result: JSON = self._call("PUT", f"/v1/admin/nodes/{node}/gpus", json={"gpus": gpus})
+        return result
+
+    def drain_node(self, node: str, reason: str) -> JSON:
+        result: JSON = self._call("POST", f"/v1/admin/nodes/{node}/drain", json={"reason": reason})
+        return result
+
+    def undrain_node(self, node: str) -> JSON:
+        result: JSON = self._call("POST", f"/v1/admin/nodes/{node}/undrain")
+        return result
+
+    def remove_node(self, node: str) -> JSON:
+        result: JSON = self._call("DELETE", f"/v1/admin/nodes/{node}")
+        return result
+
+    def set_gpu_schedulable(self, node: str, tier: str, index: int, schedulable: bool) -> JSON:
+        result: JSON = self._call(
+            "PUT",
+            f"/v1/admin/nodes/{node}/gpus/{tier}/{index}",
+            json={"schedulable": schedulable},
+        )
+        return result
+
+    def create_lab(self, name: str) -> JSON:
+        result: JSON = self._call("POST", "/v1/admin/labs", json={"name": name})
+        return result
+
+    def create_user(self, name: str, lab: str, role: str = "student") -> JSON:
+        body = {"name": name, "lab": lab, "role": role}
+        result: JSON = self._call("POST", "/v1/admin/users", json=body)
+        return result
+
+    def users(self, lab: str | None = None) -> JSON:
+        result: JSON = self._call("GET", "/v1/admin/users", params={"lab": lab})
+        return result
+
+    def issue_token(self, user: str, label: str = "") -> JSON:
+        result: JSON = self._call("POST", f"/v1/admin/users/{user}/tokens", json={"label": label})
+        return result
+
+    def tokens(self, user: str) -> JSON:
+        result: JSON = self._call("GET", f"/v1/admin/users/{user}/tokens")
+        return result
+
+    def revoke_token(self, token_id: int) -> JSON:
+        result: JSON = self._call("POST", f"/v1/admin/tokens/{token_id}/revoke")
+        return result

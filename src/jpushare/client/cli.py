@@ -1,0 +1,452 @@
+"""The users' commands of `jpushare`, talking to the REST API with `Client`.
+
+    jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit S] -- CMD…
+    jpushare jobs [--state S]... [--lab L] [--mine] [--limit N]
+    jpushare queue [--limit N]
+    jpushare why JOB
+    jpushare cancel JOB
+    jpushare log JOB [--attempt N]
+    jpushare labs | placements | tiers
+
+Every command takes `--url URL`, `--token TOKEN` (see `jpushare.client.config` for
+JPUSHARE_URL, JPUSHARE_TOKEN and the config file) and `--json` (the API's JSON on stdout,
+for scripts). Output is a table or a sentence a person can read; times are relative
+("3m ago"). `submit -- CMD…`: one argument is taken as a shell command as is
+(`-- 'python a.py && echo done'`), several are quoted and joined (`-- python a.py --lr 0.1`).
+
+Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
+`error CODE: message`); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from jpushare.client.api import JSON, ApiError, Client
+from jpushare.client.config import ClientConfigError, config_path, load_client_config
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+JOB_STATES = ("GLOBAL_QUEUE_WAIT", "DISPATCHED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+_STATE_ALIASES = {"QUEUED": "GLOBAL_QUEUE_WAIT", "WAITING": "GLOBAL_QUEUE_WAIT"}
+
+
+# --- formatting ------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Aligned columns; numbers right-aligned, text left-aligned."""
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    numeric = [
+        bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def ago(value: str | None, now: datetime) -> str:
+    """'3m ago', '2h ago', 'in 5s' (clock skew), '-' when unknown."""
+    at = parse_time(value)
+    if at is None:
+        return "-"
+    seconds = (now - at).total_seconds()
+    future = seconds < 0
+    s = int(abs(seconds))
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m"
+    elif s < 86400:
+        text = f"{s // 3600}h{(s % 3600) // 60:02d}m" if s < 36000 else f"{s // 3600}h"
+    else:
+        text = f"{s // 86400}d{(s % 86400) // 3600}h"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def amount(tflop_s: float) -> str:
+    """TFLOP-seconds, short: 0, 950, 12.3k, 4.56M, 7.89G."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(tflop_s) >= limit:
+            return f"{tflop_s / limit:.3g}{suffix}"
+    return f"{tflop_s:.0f}"
+
+
+def _where(job: JSON) -> str:
+    if job.get("node"):
+        return f"{job['node']}/{job.get('tier') or '?'}"
+    res = job.get("reservation")
+    if res:
+        return f"reserving {res['gpus']}/{res['of']} on {res['node']}/{res['tier']}"
+    return "-"
+
+
+def _reservation(res: JSON | None) -> str:
+    if not res:
+        return "-"
+    return f"{res['gpus']}/{res['of']} {res['node']}/{res['tier']}"
+
+
+# --- commands --------------------------------------------------------------------------------
+
+Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
+
+
+def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    words = list(args.cmd)
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise UsageError(
+            "submit needs a command after --, e.g. jpushare submit --gpus 1 -- nvidia-smi"
+        )
+    command = words[0] if len(words) == 1 else shlex.join(words)
+    job = api.submit(
+        args.name or "",
+        command,
+        args.gpus,
+        min_tier=args.min_tier,
+        time_limit_s=args.time_limit,
+    )
+    if not args.json:
+        tier = f", tier >= {job['min_tier']}" if job.get("min_tier") else ""
+        print(
+            f"submitted job {job['id']} ({job['name']}): {job['num_gpus']} GPU"
+            f"{'s' if job['num_gpus'] != 1 else ''}{tier}, {job['state']}; "
+            f"`jpushare why {job['id']}` says what it waits for",
+            file=out,
+        )
+    return job
+
+
+def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    result = api.jobs(states=args.state or (), lab=args.lab, mine=args.mine, limit=args.limit)
+    if not args.json:
+        rows = [
+            (
+                j["id"],
+                j["name"],
+                j["user"],
+                j["lab"],
+                j["num_gpus"],
+                j.get("min_tier"),
+                j["state"],
+                _where(j),
+                ago(j["submitted_at"], now),
+                ago(j.get("ended_at"), now) if j.get("ended_at") else "-",
+            )
+            for j in result["data"]
+        ]
+        headers = ("ID", "NAME", "USER", "LAB", "GPUS", "MIN-TIER", "STATE", "WHERE")
+        print(table((*headers, "SUBMITTED", "ENDED"), rows), file=out)
+        if not rows:
+            print("(no jobs)", file=out)
+    return result
+
+
+def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    result = api.queue(limit=args.limit)
+    if not args.json:
+        rows = [
+            (
+                e["rank"],
+                e["job_id"],
+                e["name"],
+                e["user"],
+                e["lab"],
+                amount(e["lab_usage_tflop_s"]),
+                e["num_gpus"],
+                e.get("min_tier"),
+                _reservation(e.get("reservation")),
+                e["code"],
+                ago(e["queue_entered_at"], now),
+            )
+            for e in result["data"]
+        ]
+        headers = ("RANK", "JOB", "NAME", "USER", "LAB", "LAB-USAGE", "GPUS", "MIN-TIER")
+        print(table((*headers, "RESERVED", "WHY", "WAITING"), rows), file=out)
+        length = result["queue_length"]
+        if length > len(rows):
+            print(f"({len(rows)} of {length} queued jobs shown)", file=out)
+        elif not rows:
+            print("(the queue is empty)", file=out)
+    return result
+
+
+def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    why = api.why(args.job)
+    if not args.json:
+        head = f"job {why['job_id']}: {why['code']}"
+        if why.get("rank"):
+            head += f" (rank {why['rank']} of {why['queue_length']})"
+        print(head, file=out)
+        print(f"  {why['sentence']}", file=out)
+        places = why.get("placements") or []
+        if places:
+            print("fit placements:", file=out)
+            rows = [
+                (
+                    p["node"],
+                    p["tier"],
+                    p["capacity"],
+                    p["busy"],
+                    p["reserved"],
+                    p["idle"],
+                    "yes" if p["schedulable"] else "no",
+                )
+                for p in places
+            ]
+            text = table(("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "UP"), rows)
+            print("\n".join("  " + line for line in text.splitlines()), file=out)
+        if why.get("notes") and why.get("rank"):
+            print("earlier:", file=out)
+            for note in why["notes"]:
+                print(f"  - {note}", file=out)
+    return why
+
+
+def _cancel(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    job = api.cancel(args.job)
+    if not args.json:
+        print(
+            f"cancelled job {job['id']} ({job['name']}); its lab {job['lab']} was charged "
+            f"{amount(job['charged_tflop_s'])} TFLOP-s for it in all",
+            file=out,
+        )
+    return job
+
+
+def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    result = api.log(args.job, args.attempt)
+    if not args.json:
+        if result["attempt"] == 0:
+            print(f"(job {result['job_id']} has not run yet: no log)", file=out)
+        else:
+            out.write(result["log"])
+            if result["log"] and not result["log"].endswith("\n"):
+                out.write("\n")
+    return result
+
+
+def _labs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    result = api.labs()
+    if not args.json:
+        rows = [
+            (lab["name"], amount(lab["usage_tflop_s"]), lab["queued_jobs"], lab["running_jobs"])
+            for lab in result["data"]
+        ]
+        print(table(("LAB", "USAGE (TFLOP-s)", "QUEUED", "RUNNING"), rows), file=out)
+    return result
+
+
+def _placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    result = api.placements()
+    if not args.json:
+        rows = []
+        for p in result["data"]:
+            state = p["node_state"] + (" drained" if p["drained"] else "")
+            held = ", ".join(f"job {r['job_id']}: {r['gpus']}/{r['of']}" for r in p["reservations"])
+            rows.append(
+                (
+                    p["node"],
+                    p["tier"],
+                    p["capacity"],
+                    p["busy"],
+                    p["reserved"],
+                    p["idle"],
+                    state,
+                    held or "-",
+                )
+            )
+        headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "STATE")
+        print(table((*headers, "RESERVED FOR"), rows), file=out)
+    return result
+
+
+def _tiers(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    result = api.tiers()
+    if not args.json:
+        rows = [
+            (
+                t["name"],
+                t["tflops"],
+                t["sort_order"],
+                t["max_gpus"],
+                "yes" if t["auto_assign"] else "no",
+                t.get("partition"),
+            )
+            for t in result["data"]
+        ]
+        print(table(("TIER", "TFLOPS", "ORDER", "MAX-GPUS", "AUTO", "PARTITION"), rows), file=out)
+    return result
+
+
+# --- plumbing --------------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """Bad arguments that argparse could not catch (exit 2)."""
+
+
+def _job_id(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a job id: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a job id: {raw!r}")
+    return value
+
+
+def _gpus(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of GPUs: {raw!r}") from None
+
+
+def _state(raw: str) -> str:
+    value = _STATE_ALIASES.get(raw.upper(), raw.upper())
+    if value not in JOB_STATES:
+        raise argparse.ArgumentTypeError(
+            f"unknown state {raw!r} (one of: {', '.join(JOB_STATES)}, or QUEUED)"
+        )
+    return value
+
+
+def _positive(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0: {raw!r}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection and output")
+    group.add_argument("--url", help="the API (default: $JPUSHARE_URL, the config file, localhost)")
+    group.add_argument("--token", help="an API token (default: $JPUSHARE_TOKEN, the config file)")
+    group.add_argument("--json", action="store_true", help="print the API's JSON")
+    return common
+
+
+def run(args: argparse.Namespace, printer: Printer, out: TextIO = sys.stdout) -> int:
+    """Run one command: config, client, call, errors as one line on stderr."""
+    try:
+        config = load_client_config(args.url, args.token)
+        if not config.token:
+            raise ApiError(
+                "UNAUTHENTICATED",
+                "no token: set JPUSHARE_TOKEN, pass --token, or put it in "
+                f"{config_path(os.environ)} (ask an admin for one)",
+            )
+        with Client(config.url, config.token) as api:
+            result = printer(api, args, out, datetime.now(UTC))
+    except ApiError as exc:
+        print(f"error {exc.code}: {exc.message}", file=sys.stderr)
+        for alt in exc.details.get("alternatives", []) if exc.code == "NO_FIT_PLACEMENT" else []:
+            print(
+                f"  try: --gpus {alt['num_gpus']} --min-tier {alt['min_tier']} "
+                f"({alt['placements']} placements fit)",
+                file=sys.stderr,
+            )
+        return EXIT_ERROR
+    except ClientConfigError as exc:
+        print(f"error CONFIG: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except UsageError as exc:
+        print(f"error USAGE: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. `jpushare log 4 | head`
+        return EXIT_OK
+    if args.json:
+        json.dump(result, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    return EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add the users' commands: submit, jobs, queue, why, cancel, log, labs, placements, tiers."""
+    common = _common()
+
+    def add(name: str, printer: Printer, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = subparsers.add_parser(
+            name, parents=[common], help=help_text, description=help_text
+        )
+        p.set_defaults(func=lambda args: run(args, printer))
+        return p
+
+    p = add("submit", _submit, "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…")
+    p.add_argument("--gpus", type=_gpus, required=True, metavar="N", help="1-8 GPUs on one node")
+    p.add_argument("--min-tier", metavar="T", help="the weakest GPU tier it may run on")
+    p.add_argument("--name", metavar="NAME", help="default: the command's first word")
+    p.add_argument("--time-limit", type=_positive, metavar="S", help="runtime limit, seconds")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command")
+
+    p = add("jobs", _jobs, "list jobs, newest first")
+    p.add_argument("--state", type=_state, action="append", metavar="S", help="repeatable")
+    p.add_argument("--lab", metavar="L")
+    p.add_argument("--mine", action="store_true", help="only my jobs")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="default 50")
+
+    p = add("queue", _queue, "the queue in fair-share order, with each job's why")
+    p.add_argument("--limit", type=int, default=100, metavar="N", help="default 100")
+
+    for name, printer, text in (
+        ("why", _why, "why a job is not running (or what happened to it)"),
+        ("cancel", _cancel, "cancel a job"),
+        ("log", _log, "a job's output"),
+    ):
+        p = add(name, printer, text)
+        p.add_argument("job", type=_job_id, metavar="JOB", help="the job id")
+        if name == "log":
+            p.add_argument("--attempt", type=int, metavar="N", help="default: the last")
+
+    add("labs", _labs, "labs and their usage, least first (the fair-share order)")
+    add("placements", _placements, "GPUs per node and tier: busy, reserved, idle")
+    add("tiers", _tiers, "GPU tiers, strongest first")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m jpushare.client.cli …`: these commands alone (tests, scripts)."""
+    parser = argparse.ArgumentParser(prog="jpushare", description=__doc__.split("\n\n")[0])
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
