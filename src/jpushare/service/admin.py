@@ -1,0 +1,270 @@
+"""`jpushare admin …`: labs, users, tokens, nodes and tiers, straight on the database.
+
+Server-side commands for the operator (the same machine or credentials as the service):
+they use `JPUSHARE_DATABASE_URL` (else the SQLite file in the state dir), bring the schema
+up to date first, and run each change in one transaction. A printed token is shown once:
+only its hash is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from sqlalchemy.orm import Session
+
+from jpushare import store
+from jpushare.config import load_settings
+from jpushare.store.cluster_setup import set_lab_usage
+
+
+@contextmanager
+def transaction() -> Iterator[Session]:
+    """One transaction on the configured database (migrated to the newest schema)."""
+    settings = load_settings()
+    store.upgrade(settings.database_url)
+    engine = store.make_engine(settings.database_url)
+    try:
+        with store.make_sessionmaker(engine).begin() as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain text table a person can read."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _lab_add(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        lab = store.create_lab(s, args.name, store.utc_now())
+        if args.usage:
+            set_lab_usage(s, lab.name, args.usage)
+    print(f"lab {lab.name} created (usage {args.usage:g} TFLOP-s)")
+    return 0
+
+
+def _lab_list(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        labs = store.list_labs(s)
+    rows = [(lab.name, f"{lab.cumulative_usage:.1f}") for lab in labs]
+    print(table(["LAB", "USAGE_TFLOP_S"], rows))
+    return 0
+
+
+def _user_add(args: argparse.Namespace) -> int:
+    now = store.utc_now()
+    with transaction() as s:
+        user = store.create_user(s, args.name, args.lab, args.role, now)
+        issued = store.issue_token(s, user.id, now, label=args.label)
+    print(f"user {user.name} created in lab {user.lab_name} as {user.role}")
+    print(f"token (id {issued.token.id}, shown once): {issued.secret}")
+    return 0
+
+
+def _user_list(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        users = store.list_users(s, args.lab)
+    print(table(["USER", "LAB", "ROLE"], [(u.name, u.lab_name, u.role) for u in users]))
+    return 0
+
+
+def _token_issue(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        user = store.get_user(s, args.user)
+        issued = store.issue_token(s, user.id, store.utc_now(), label=args.label)
+    print(f"token for {user.name} (id {issued.token.id}, shown once): {issued.secret}")
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        changed = store.revoke_token(s, args.id, store.utc_now())
+    print(f"token {args.id} revoked" if changed else f"token {args.id} was already revoked")
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        user_id = store.get_user(s, args.user).id if args.user else None
+        names = {u.id: u.name for u in store.list_users(s)}
+        tokens = store.list_tokens(s, user_id)
+    rows = [
+        (t.id, names.get(t.user_id, t.user_id), t.label, t.created_at, t.revoked_at or "")
+        for t in tokens
+    ]
+    print(table(["ID", "USER", "LABEL", "CREATED", "REVOKED"], rows))
+    return 0
+
+
+def _node_drain(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        store.drain_node(s, args.node, args.reason, store.utc_now())
+    print(f"node {args.node} drained: no new jobs or reservations there (R5)")
+    return 0
+
+
+def _node_undrain(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        store.undrain_node(s, args.node, store.utc_now())
+    print(f"node {args.node} open again")
+    return 0
+
+
+def _node_remove(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        store.remove_node(s, args.node)
+    print(
+        f"node {args.node} removed from the inventory (an executor that still reports it "
+        "brings it back at the next cycle: drain it to keep jobs off it)"
+    )
+    return 0
+
+
+def _node_list(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        nodes = store.list_nodes(s)
+    rows = [
+        (
+            n.name,
+            n.state,
+            f"drained: {n.drain_reason}" if n.admin_drained else "",
+            ", ".join(f"{t} x{c}" for t, c in sorted(n.gpus.items())),
+        )
+        for n in nodes
+    ]
+    print(table(["NODE", "STATE", "ADMIN", "GPUS"], rows))
+    return 0
+
+
+def _tier_set(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        try:
+            current: store.TierRecord | None = store.get_tier(s, args.name)
+        except store.NotFound:
+            current = None
+        if current is None:
+            if args.tflops is None or args.sort_order is None:
+                raise store.InvalidRequest(
+                    f"new tier {args.name}: --tflops and --sort-order are needed"
+                )
+            tier = store.upsert_tier(
+                s,
+                args.name,
+                args.tflops,
+                args.sort_order,
+                max_gpus=8 if args.max_gpus is None else args.max_gpus,
+                auto_assign=True if args.auto_assign is None else args.auto_assign,
+                partition=args.partition,
+            )
+        else:
+            tier = store.upsert_tier(
+                s,
+                args.name,
+                current.tflops if args.tflops is None else args.tflops,
+                current.sort_order if args.sort_order is None else args.sort_order,
+                max_gpus=current.max_gpus if args.max_gpus is None else args.max_gpus,
+                auto_assign=current.auto_assign if args.auto_assign is None else args.auto_assign,
+                partition=current.partition if args.partition is None else args.partition,
+            )
+    print(
+        f"tier {tier.name}: {tier.tflops:g} TFLOPS, sort order {tier.sort_order}, "
+        f"max {tier.max_gpus} GPUs per job, auto-assign {'yes' if tier.auto_assign else 'no'}, "
+        f"partition {tier.partition or '-'}"
+    )
+    return 0
+
+
+def _tier_list(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        tiers = store.list_tiers(s)
+    rows = [
+        (t.name, f"{t.tflops:g}", t.sort_order, t.max_gpus, t.auto_assign, t.partition or "")
+        for t in tiers
+    ]
+    print(table(["TIER", "TFLOPS", "SORT_ORDER", "MAX_GPUS", "AUTO_ASSIGN", "PARTITION"], rows))
+    return 0
+
+
+def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Store errors become one line on stderr and exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except store.StoreError as exc:
+            print(f"jpushare admin: {exc}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`admin lab|user|token|node|tier …`."""
+    admin = sub.add_parser(
+        "admin", help="manage labs, users, tokens, nodes and tiers (server side)"
+    )
+    areas = admin.add_subparsers(dest="area", required=True, metavar="AREA")
+
+    def command(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        handler: Callable[[argparse.Namespace], int],
+        help_text: str,
+    ) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_text)
+        p.set_defaults(func=_guarded(handler))
+        return p
+
+    lab = areas.add_parser("lab", help="labs").add_subparsers(dest="action", required=True)
+    p = command(lab, "add", _lab_add, "create a lab")
+    p.add_argument("name")
+    p.add_argument("--usage", type=float, default=0.0, help="starting usage, TFLOP-seconds")
+    command(lab, "list", _lab_list, "list labs, least usage first")
+
+    user = areas.add_parser("user", help="users").add_subparsers(dest="action", required=True)
+    p = command(user, "add", _user_add, "create a user and print a token")
+    p.add_argument("name")
+    p.add_argument("--lab", required=True)
+    p.add_argument("--role", choices=[r.value for r in store.Role], default="student")
+    p.add_argument("--label", default="", help="a note on the token")
+    p = command(user, "list", _user_list, "list users")
+    p.add_argument("--lab")
+
+    token = areas.add_parser("token", help="API tokens").add_subparsers(
+        dest="action", required=True
+    )
+    p = command(token, "issue", _token_issue, "issue a new token for a user and print it")
+    p.add_argument("user")
+    p.add_argument("--label", default="")
+    p = command(token, "revoke", _token_revoke, "revoke a token by id")
+    p.add_argument("id", type=int)
+    p = command(token, "list", _token_list, "list tokens (never their secrets)")
+    p.add_argument("--user")
+
+    node = areas.add_parser("node", help="nodes").add_subparsers(dest="action", required=True)
+    p = command(node, "drain", _node_drain, "close a node to new jobs and reservations")
+    p.add_argument("node")
+    p.add_argument("--reason", default="drained by an admin")
+    p = command(node, "undrain", _node_undrain, "open a drained node again")
+    p.add_argument("node")
+    p = command(node, "remove", _node_remove, "take a node and its GPUs out of the inventory")
+    p.add_argument("node")
+    command(node, "list", _node_list, "list nodes with their GPUs")
+
+    tier = areas.add_parser("tier", help="GPU tiers").add_subparsers(dest="action", required=True)
+    p = command(tier, "set", _tier_set, "create a tier or change its fields")
+    p.add_argument("name")
+    p.add_argument("--tflops", type=float)
+    p.add_argument("--sort-order", type=int)
+    p.add_argument("--max-gpus", type=int)
+    p.add_argument("--auto-assign", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--partition")
+    command(tier, "list", _tier_list, "list tiers, strongest first")

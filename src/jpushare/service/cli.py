@@ -1,0 +1,92 @@
+"""The server's commands for `jpushare`: `serve`, `init --cluster FILE`, `admin …`.
+
+`register(subparsers)` adds them (listed in `jpushare.cli.COMMAND_MODULES`); each parser
+sets `func` (args -> exit code). `python -m jpushare.service` runs just these commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from jpushare import store
+from jpushare.config import ConfigError, load_settings
+from jpushare.service.admin import register_admin, transaction
+from jpushare.sim.errors import ClusterFileError
+
+LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run the service: the API and the dispatcher",
+        description="Run JPU-Share: migrations, then the dispatcher loop and the REST API. "
+        "Settings come from JPUSHARE_* variables (see jpushare.config).",
+    )
+    serve.add_argument("--no-api", action="store_true", help="run only the dispatcher")
+    serve.add_argument("--no-dispatcher", action="store_true", help="run only the API")
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="on an empty database: load examples/cluster.yaml, create demo users and write "
+        "their tokens to <state dir>/demo-tokens.env",
+    )
+    serve.add_argument("--host", help="listen address (default JPUSHARE_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default JPUSHARE_PORT or 8000)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    serve.set_defaults(func=_serve)
+
+    init = sub.add_parser(
+        "init",
+        help="load tiers, nodes and labs from a cluster file into the database",
+        description="Create or update tiers, nodes with their GPUs, and labs (with their "
+        "starting usage, for labs that do not exist yet) from a CLUSTER.yaml file. "
+        "Idempotent.",
+    )
+    init.add_argument("--cluster", required=True, help="the cluster file (simulator format)")
+    init.set_defaults(func=_init)
+
+    register_admin(sub)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from jpushare.service.serve import ServeOptions, run_service, with_overrides
+
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    if args.no_api and args.no_dispatcher:
+        print("jpushare serve: --no-api and --no-dispatcher leave nothing to run", file=sys.stderr)
+        return 2
+    try:
+        settings = with_overrides(load_settings(), args.host, args.port)
+        options = ServeOptions(
+            api=not args.no_api, dispatcher=not args.no_dispatcher, demo=args.demo
+        )
+        return run_service(settings, options)
+    except (ConfigError, ClusterFileError) as exc:
+        print(f"jpushare serve: {exc}", file=sys.stderr)
+        return 2
+
+
+def _init(args: argparse.Namespace) -> int:
+    from jpushare.sim.cluster_file import load_cluster
+    from jpushare.store.cluster_setup import load_cluster_spec
+
+    try:
+        spec = load_cluster(args.cluster)
+        with transaction() as s:
+            done = load_cluster_spec(s, spec, store.utc_now())
+    except (ConfigError, ClusterFileError, store.StoreError) as exc:
+        print(f"jpushare init: {exc}", file=sys.stderr)
+        return 2
+    print(f"tiers: {', '.join(done.tiers)}")
+    print(
+        f"nodes: {', '.join(done.nodes)} "
+        f"(GPUs added {done.gpus_added}, removed {done.gpus_removed})"
+    )
+    if done.labs_created:
+        print(f"labs created: {', '.join(done.labs_created)}")
+    if done.labs_kept:
+        print(f"labs kept as they are: {', '.join(done.labs_kept)}")
+    return 0

@@ -1,0 +1,189 @@
+"""`jpushare serve`: the service in one process — migrations, executor, dispatcher, API.
+
+Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
+→ executor → LLM router client → the dispatcher loop on a thread (it acts only while it
+holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
+thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
+(which finishes its cycle and lets go of the lock); jobs keep running, and the next
+service start finds them again (the executor keeps their state outside the process).
+
+The executor (`JPUSHARE_EXECUTOR`):
+- `local`: GPUs from NVML / nvidia-smi, else declared by the cluster file
+  (`JPUSHARE_CLUSTER`, or the demo's), else by the inventory already in the database;
+- `slurm`: `SlurmExecutor` writing job output to `JPUSHARE_SLURM_LOG_DIR` (default
+  `<state dir>/slurm-logs`; it must be on a file system the compute nodes share).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, replace
+from types import FrameType
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from jpushare.config import Settings
+from jpushare.dispatcher.cycle import CycleDeps, CycleReport
+from jpushare.dispatcher.lock import lock_for
+from jpushare.dispatcher.loop import Dispatcher
+from jpushare.executors.base import Executor
+from jpushare.llm_router import router_for
+from jpushare.sim.cluster_file import ClusterSpec, load_cluster
+from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
+from jpushare.store.observations import load_observed_busy
+
+log = logging.getLogger(__name__)
+
+SLURM_LOG_DIR_ENV = "JPUSHARE_SLURM_LOG_DIR"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    api: bool = True
+    dispatcher: bool = True
+    demo: bool = False
+
+
+def build_executor(
+    settings: Settings, sessions: sessionmaker[Session], cluster: ClusterSpec | None
+) -> Executor:
+    """The executor the settings name (see the module docstring)."""
+    if settings.executor == "slurm":
+        from jpushare.executors.slurm import SlurmExecutor
+
+        log_dir = os.environ.get(SLURM_LOG_DIR_ENV) or str(settings.state_dir / "slurm-logs")
+        return SlurmExecutor(log_dir)
+    from jpushare.executors.local import LocalExecutor
+
+    declared: list[tuple[str, str, int]]
+    if cluster is not None:
+        declared = [(p.node, p.tier, p.capacity) for p in cluster.placements]
+    else:
+        with sessions() as session:
+            declared = declared_inventory(session)
+    return LocalExecutor(settings.state_dir / "executor", declared=declared)
+
+
+def _cluster_spec(settings: Settings, demo: bool) -> ClusterSpec | None:
+    if settings.cluster_file is not None:
+        return load_cluster(settings.cluster_file)
+    if demo:
+        from jpushare.service.demo import DEMO_CLUSTER
+
+        return load_cluster(DEMO_CLUSTER)
+    return None
+
+
+def public_url(settings: Settings) -> str:
+    host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return f"http://{host}:{settings.port}"
+
+
+def run_service(settings: Settings, options: ServeOptions) -> int:
+    """Run until SIGINT / SIGTERM; the exit code."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    log.info("database: %s", _safe_url(settings.database_url))
+    store.upgrade(settings.database_url)
+    engine = store.make_engine(settings.database_url)
+    sessions = store.make_sessionmaker(engine)
+    cluster = _cluster_spec(settings, options.demo)
+    banner = ""
+    if options.demo:
+        from jpushare.service.demo import instructions, prepare_demo
+
+        assert cluster is not None
+        demo = prepare_demo(sessions, cluster, settings.state_dir, public_url(settings))
+        banner = instructions(demo, public_url(settings))
+    elif cluster is not None:
+        with sessions.begin() as session:
+            if inventory_is_empty(session):
+                loaded = load_cluster_spec(session, cluster, store.utc_now())
+                log.info("empty inventory: loaded %s (%s)", cluster.source, loaded)
+
+    executor = build_executor(settings, sessions, cluster)
+    router = router_for(settings.router_url)
+    stop = threading.Event()
+    server: Any = None
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+        if server is not None:
+            server.should_exit = True
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    from jpushare.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics()
+
+    def on_cycle(report: CycleReport) -> None:
+        metrics.observe_dispatch_cycle(report.duration_s)
+
+    thread: threading.Thread | None = None
+    lock = lock_for(settings.database_url)
+    if options.dispatcher:
+        deps = CycleDeps(sessions, executor, router)
+        dispatcher = Dispatcher(deps, lock, cycle_s=settings.cycle_s, on_cycle=on_cycle)
+        thread = threading.Thread(
+            target=dispatcher.run_forever, args=(stop,), name="dispatcher", daemon=True
+        )
+        thread.start()
+    try:
+        if options.api:
+            import uvicorn
+
+            from jpushare.api.app import create_app
+
+            app = create_app(
+                sessions, executor=executor, observed_busy=load_observed_busy, metrics=metrics
+            )
+            config = uvicorn.Config(
+                app, host=settings.host, port=settings.port, log_level="info", access_log=False
+            )
+            server = uvicorn.Server(config)
+            if banner:
+                print(banner, flush=True)
+            server.run()  # returns on SIGINT / SIGTERM (our handler runs after it)
+            if not server.started:
+                log.error("the API could not start on %s:%d", settings.host, settings.port)
+                return 1
+        else:
+            if banner:
+                print(banner, flush=True)
+            while not stop.wait(3600):
+                pass
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(timeout=settings.cycle_s + 60)
+        router.close()
+        close = getattr(lock, "close", None)
+        if close is not None:
+            close()
+        engine.dispose()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        log.info("service stopped")
+    return 0
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def with_overrides(settings: Settings, host: str | None, port: int | None) -> Settings:
+    """Settings with the command line's --host / --port applied."""
+    out = settings
+    if host is not None:
+        out = replace(out, host=host)
+    if port is not None:
+        out = replace(out, port=port)
+    return out
