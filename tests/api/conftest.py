@@ -1,0 +1,150 @@
+"""API test fixtures: the app on both backends (tests.database), a small cluster, tokens.
+
+`api` is an `ApiWorld`: the app with a settable clock and busy GPUs, a TestClient, a
+token per user, and `cycle()`, which does what one dispatcher cycle does to the database
+(load_snapshot, decide, record_decisions, commit) so the tests can watch the queue move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from jpushare.api import create_app
+from jpushare.executors.base import Executor, GpuGroup, NodeState
+from jpushare.policy import Decisions, Tier, decide
+from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
+
+T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
+
+TIERS = (
+    Tier("rtx3080ti", 34.1, 10, partition="p3080"),
+    Tier("rtx4090", 82.6, 20, partition="p4090"),
+    Tier("rtx5090", 104.8, 30, partition="p5090"),
+)
+
+# node-a: 4x3080ti; node-b: 4x4090; node-c: 4x4090 + 4x5090 (two placements).
+GROUPS = (
+    GpuGroup("node-a", "rtx3080ti", 4, 0, NodeState.UP),
+    GpuGroup("node-b", "rtx4090", 4, 0, NodeState.UP),
+    GpuGroup("node-c", "rtx4090", 4, 0, NodeState.UP),
+    GpuGroup("node-c", "rtx5090", 4, 0, NodeState.UP),
+)
+
+ALL_BUSY = {
+    ("node-a", "rtx3080ti"): 4,
+    ("node-b", "rtx4090"): 4,
+    ("node-c", "rtx4090"): 4,
+    ("node-c", "rtx5090"): 4,
+}
+
+# name -> (lab, role)
+USERS = {
+    "alice": ("alpha", "student"),
+    "carol": ("alpha", "student"),
+    "bob": ("beta", "student"),
+    "pia": ("alpha", "pi"),
+    "piet": ("beta", "pi"),
+    "root": ("alpha", "admin"),
+}
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@dataclass
+class ApiWorld:
+    sessions: sessionmaker[Session]
+    app: FastAPI
+    client: TestClient
+    clock: Clock
+    tokens: dict[str, str]
+    users: dict[str, store.UserRecord]
+    busy: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def auth(self, user: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[user]}"}
+
+    def get(self, path: str, user: str = "alice", **kw: Any) -> Any:
+        return self.client.get(path, headers=self.auth(user), **kw)
+
+    def post(self, path: str, user: str = "alice", **kw: Any) -> Any:
+        return self.client.post(path, headers=self.auth(user), **kw)
+
+    def submit(self, user: str, num_gpus: int, **body: Any) -> int:
+        r = self.post(
+            "/v1/jobs",
+            user,
+            json={"name": f"{user}-{num_gpus}", "command": "true", "num_gpus": num_gpus, **body},
+        )
+        assert r.status_code == 201, r.text
+        job_id: int = r.json()["id"]
+        return job_id
+
+    def observed(self, session: Session) -> dict[tuple[str, str], int]:
+        """What the app sees as busy: our own jobs, or more where the test says so."""
+        held = store.held_by_jobs(session)
+        return {k: max(held.get(k, 0), self.busy.get(k, 0)) for k in {*held, *self.busy}}
+
+    def cycle(self) -> tuple[Decisions, store.Recorded]:
+        """One dispatcher cycle's database work at the clock's time."""
+        now = self.clock()
+        with self.sessions.begin() as s:
+            decisions = decide(store.load_snapshot(s, now, self.observed(s)))
+            recorded = store.record_decisions(s, decisions, now)
+        return decisions, recorded
+
+
+def build_world(sessions: sessionmaker[Session], clock: Clock) -> tuple[dict[str, Any], ...]:
+    tokens: dict[str, str] = {}
+    users: dict[str, store.UserRecord] = {}
+    with sessions.begin() as s:
+        store.upsert_tiers(s, TIERS)
+        store.sync_inventory(s, GROUPS, clock())
+        for lab in ("alpha", "beta"):
+            store.create_lab(s, lab, clock())
+        for name, (lab, role) in USERS.items():
+            users[name] = store.create_user(s, name, lab, role, clock())
+            tokens[name] = store.issue_token(s, users[name].id, clock(), "test").secret
+    return tokens, users
+
+
+def make_world(
+    sessions: sessionmaker[Session], executor: Executor | None = None
+) -> Iterator[ApiWorld]:
+    clock = Clock()
+    tokens, users = build_world(sessions, clock)
+    holder: dict[str, ApiWorld] = {}
+
+    def observed(session: Session) -> Mapping[tuple[str, str], int]:
+        return holder["world"].observed(session)
+
+    app = create_app(sessions, executor=executor, clock=clock, observed_busy=observed)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        world = ApiWorld(sessions, app, client, clock, tokens, users)
+        holder["world"] = world
+        yield world
+
+
+@pytest.fixture
+def api(sessions: sessionmaker[Session]) -> Iterator[ApiWorld]:  # noqa: F811 (the fixture)
+    yield from make_world(sessions)
