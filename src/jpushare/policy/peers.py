@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
-from jpushare.policy.decide import decide, queue_order
+from jpushare.policy.decide import decide
 from jpushare.policy.fit import fits
 from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
 
@@ -63,12 +64,34 @@ class _Cycle:
         self.actions.append(Dispatch(job.job_id, p.node, p.tier, job.num_gpus))
 
 
+_ENTRY = attrgetter("queue_entered_at")
+_JOB_ID = attrgetter("job_id")
+_LAB = attrgetter("lab")
+_LAST = itemgetter(-1)
+
+
 def _sorted_queue(snapshot: Snapshot) -> list[QueuedJob]:
-    return sorted(snapshot.queue, key=queue_order(snapshot.lab_usage))
+    """The queue in decide's order: the key of `queue_order` (lab usage, queue_entered_at,
+    job_id), built and sorted at C speed (no Python call per job); cheap when the queue
+    comes nearly in order, as the simulator passes it.
+    """
+    queue = snapshot.queue
+    usage = snapshot.lab_usage
+    lab_key = {lab: usage.get(lab, 0.0) for lab in set(map(_LAB, queue))}
+    keyed = sorted(
+        zip(
+            map(lab_key.__getitem__, map(_LAB, queue)),
+            map(_ENTRY, queue),
+            map(_JOB_ID, queue),
+            queue,
+            strict=True,
+        )
+    )
+    return list(map(_LAST, keyed))
 
 
 def _decisions(snapshot: Snapshot, queue: list[QueuedJob], cycle: _Cycle) -> Decisions:
-    order = tuple(j.job_id for j in queue)
+    order = tuple(map(_JOB_ID, queue))
     return Decisions(now=snapshot.now, order=order, actions=tuple(cycle.actions))
 
 
