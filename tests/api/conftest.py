@@ -114,10 +114,12 @@ class ApiWorld:
         return decisions, recorded
 
 
-def build_world(sessions: sessionmaker[Session], clock: Clock) -> tuple[dict[str, Any], ...]:
+def build_world(
+    factory: sessionmaker[Session], clock: Clock
+) -> tuple[dict[str, str], dict[str, store.UserRecord]]:
     tokens: dict[str, str] = {}
     users: dict[str, store.UserRecord] = {}
-    with sessions.begin() as s:
+    with factory.begin() as s:
         store.upsert_tiers(s, TIERS)
         store.sync_inventory(s, GROUPS, clock())
         for lab in ("alpha", "beta"):
@@ -129,18 +131,18 @@ def build_world(sessions: sessionmaker[Session], clock: Clock) -> tuple[dict[str
 
 
 def make_world(
-    sessions: sessionmaker[Session], executor: Executor | None = None
+    factory: sessionmaker[Session], executor: Executor | None = None
 ) -> Iterator[ApiWorld]:
     clock = Clock()
-    tokens, users = build_world(sessions, clock)
+    tokens, users = build_world(factory, clock)
     holder: dict[str, ApiWorld] = {}
 
     def observed(session: Session) -> Mapping[tuple[str, str], int]:
         return holder["world"].observed(session)
 
-    app = create_app(sessions, executor=executor, clock=clock, observed_busy=observed)
+    app = create_app(factory, executor=executor, clock=clock, observed_busy=observed)
     with TestClient(app, raise_server_exceptions=False) as client:
-        world = ApiWorld(sessions, app, client, clock, tokens, users)
+        world = ApiWorld(factory, app, client, clock, tokens, users)
         holder["world"] = world
         yield world
 

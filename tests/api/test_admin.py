@@ -118,7 +118,9 @@ def test_nodes_gpus_drain_undrain_remove(api: ApiWorld) -> None:
     assert not r.json()["drained"] and r.json()["schedulable"]
     error(api.post("/v1/admin/nodes/ghost/drain", "root", json={"reason": "x"}), 404, "NOT_FOUND")
     error(api.post("/v1/admin/nodes/node-d/drain", "root", json={}), 422, "VALIDATION_ERROR")
-    r = api.client.put("/v1/admin/nodes/node-d/gpus/rtx4090/7", json={"schedulable": False}, headers=root)
+    r = api.client.put(
+        "/v1/admin/nodes/node-d/gpus/rtx4090/7", json={"schedulable": False}, headers=root
+    )
     assert r.json()["gpus"] == {"rtx4090": 7}
     error(
         api.client.put(

@@ -119,9 +119,7 @@ def test_an_unknown_min_tier_is_422_validation_error(api: ApiWorld) -> None:
 
 def test_no_fit_placement_says_what_could_be_asked_and_stores_nothing(api: ApiWorld) -> None:
     # S13 / S7: the largest placement has 4 GPUs.
-    e = error(
-        api.post("/v1/jobs", json={"command": "x", "num_gpus": 8}), 422, "NO_FIT_PLACEMENT"
-    )
+    e = error(api.post("/v1/jobs", json={"command": "x", "num_gpus": 8}), 422, "NO_FIT_PLACEMENT")
     assert e["message"] == (
         "no placement can hold num_gpus=8 at tier >= rtx3080ti; the largest fit is 4"
     )

@@ -84,8 +84,8 @@ def test_queue_order_and_why_codes_after_a_cycle(api: ApiWorld) -> None:
         "of": 4,
         "since": "2026-01-05T09:00:01Z",
     }
-    assert "holds a reservation of 2 of 4 GPUs on node-c (rtx5090) since 2026-01-05" in (
-        w["sentence"]
+    assert (
+        "holds a reservation of 2 of 4 GPUs on node-c (rtx5090) since 2026-01-05" in (w["sentence"])
     )
     w = why(api, small, "bob")
     assert w["rank"] == 3 and w["top_job_id"] == big

@@ -362,8 +362,9 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def run(args: argparse.Namespace, printer: Printer, out: TextIO = sys.stdout) -> int:
+def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -> int:
     """Run one command: config, client, call, errors as one line on stderr."""
+    out = out if out is not None else sys.stdout
     try:
         config = load_client_config(args.url, args.token)
         if not config.token:
