@@ -1,0 +1,91 @@
+"""Real service processes for the crash and two-dispatcher tests: start, watch, kill.
+
+Each process is `python -m jpushare.service serve --no-api` on the test's database and a
+local-executor state dir, with a short cycle. Its output goes to a file the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.dispatcher.conftest import CLUSTER_YAML, TIMEOUT_S, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def service_env(db_url: str, state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
+    cluster = state_dir / "cluster.yaml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    cluster.write_text(CLUSTER_YAML)
+    env.update(
+        JPUSHARE_DATABASE_URL=db_url,
+        JPUSHARE_STATE_DIR=str(state_dir),
+        JPUSHARE_CLUSTER=str(cluster),
+        JPUSHARE_CYCLE_S="0.2",
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Service:
+    """One `serve` process."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=TIMEOUT_S)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def wait_exit(self, what: str) -> int:
+        wait_for(lambda: self.proc.poll() is not None, what)
+        code = self.proc.returncode
+        assert code is not None
+        return code
+
+
+def start_service(
+    name: str, env: dict[str, str], log_dir: Path, *args: str, cwd: Path = REPO
+) -> Service:
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jpushare.service", "serve", *args],
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return Service(name, proc, log_path)
+
+
+def executor_runs(state_dir: Path) -> list[tuple[str, int]]:
+    """(job id, attempt) of every run the local executor ever accepted, sorted."""
+    out: list[tuple[str, int]] = []
+    for path in sorted((state_dir / "executor" / "runs").glob("*.json")):
+        data = json.loads(path.read_text())
+        out.append((str(data["job_id"]), int(data["attempt"])))
+    return sorted(out)
