@@ -20,13 +20,7 @@ from jpushare.policy.peers import POLICIES
 from jpushare.sim.cluster_file import load_cluster
 from jpushare.sim.engine import SimResult, simulate
 from jpushare.sim.errors import FormatError
-from jpushare.sim.report import (
-    comparison_rows,
-    summary,
-    text_table,
-    write_comparison,
-    write_outputs,
-)
+from jpushare.sim.report import comparison_text, summary, write_comparison, write_outputs
 from jpushare.sim.trace_file import check_tiers, load_trace
 
 EXIT_OK = 0
@@ -128,12 +122,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"jpushare simulate: cannot write to {args.out}: {e}", file=sys.stderr)
             return EXIT_WRITE_FAILED
 
-    header, rows = comparison_rows(summaries)
     sys.stdout.write(
         f"{len(jobs)} jobs on {cluster.capacity_gpus} GPUs "
         f"({len(cluster.placements)} placements), cycle {args.cycle:g}s\n"
     )
-    sys.stdout.write(text_table(header, rows))
+    sys.stdout.write(comparison_text(summaries))
     if args.out is not None:
         sys.stdout.write(f"outputs in {args.out}\n")
     return EXIT_OK

@@ -11,7 +11,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,8 +222,7 @@ def _pct(x: float) -> str:
 
 
 def comparison_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """One row per policy: outcome counts, utilization, waits, reservations, fairness."""
-    gpu_counts = sorted({int(g) for s in summaries for g in s["wait_s_by_gpus"]})
+    """One row per policy: outcomes, utilization, waits, reservations, fairness, wall time."""
     header = [
         "policy",
         "jobs",
@@ -236,39 +235,52 @@ def comparison_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], lis
         "wait mean",
         "wait p95",
         "wait max",
+        "reservations",
+        "filled/swap/r3/r5/cancel",
+        "mean hold",
+        "jain",
+        "wall",
     ]
-    header += [f"{g}-GPU wait mean/p95/max" for g in gpu_counts]
-    header += ["reservations", "filled/swap/r3/r5/cancel", "mean hold", "jain", "wall"]
     rows = []
     for s in summaries:
         w = s["wait_s"]
-        row = [
-            s["policy"],
-            str(s["jobs"]),
-            str(s["states"].get("COMPLETED", 0)),
-            str(s["states"].get("FAILED", 0)),
-            str(s["states"].get("CANCELLED", 0)),
-            str(s["states"].get("REJECTED", 0)),
-            _pct(s["gpu_utilization"]),
-            _pct(s["reserved_fraction"]),
-            fmt_duration(w["mean"]),
-            fmt_duration(w["p95"]),
-            fmt_duration(w["max"]),
-        ]
+        r = s["reservations"]
+        e = r["ended"]
+        rows.append(
+            [
+                s["policy"],
+                str(s["jobs"]),
+                str(s["states"].get("COMPLETED", 0)),
+                str(s["states"].get("FAILED", 0)),
+                str(s["states"].get("CANCELLED", 0)),
+                str(s["states"].get("REJECTED", 0)),
+                _pct(s["gpu_utilization"]),
+                _pct(s["reserved_fraction"]),
+                fmt_duration(w["mean"]),
+                fmt_duration(w["p95"]),
+                fmt_duration(w["max"]),
+                str(r["started"]),
+                "/".join(str(e[k]) for k in ("filled", "swap", "r3", "r5", "cancel")),
+                fmt_duration(r["mean_hold_s"]),
+                "-" if s["jain_fairness"] is None else f"{s['jain_fairness']:.3f}",
+                f"{s['wall_s']:.2f}s",
+            ]
+        )
+    return header, rows
+
+
+def wait_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Wait mean / p95 / max per GPU count (columns), one row per policy."""
+    gpu_counts = sorted({int(g) for s in summaries for g in s["wait_s_by_gpus"]})
+    header = ["policy"] + [f"{g} GPU{'s' if g > 1 else ''}: mean / p95 / max" for g in gpu_counts]
+    rows = []
+    for s in summaries:
+        row = [s["policy"]]
         for g in gpu_counts:
             b = s["wait_s_by_gpus"].get(str(g))
             row.append(
                 "-" if b is None else " / ".join(fmt_duration(b[k]) for k in ("mean", "p95", "max"))
             )
-        r = s["reservations"]
-        e = r["ended"]
-        row += [
-            str(r["started"]),
-            "/".join(str(e[k]) for k in ("filled", "swap", "r3", "r5", "cancel")),
-            fmt_duration(r["mean_hold_s"]),
-            "-" if s["jain_fairness"] is None else f"{s['jain_fairness']:.3f}",
-            f"{s['wall_s']:.2f}s",
-        ]
         rows.append(row)
     return header, rows
 
@@ -281,6 +293,14 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def comparison_text(
+    summaries: Sequence[dict[str, Any]],
+    table: Callable[[Sequence[str], Sequence[Sequence[str]]], str] = text_table,
+) -> str:
+    """The two comparison tables (overview, then waits by GPU count), in one format."""
+    return table(*comparison_rows(summaries)) + "\n" + table(*wait_rows(summaries))
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -316,9 +336,10 @@ def comparison_numbers(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], 
 
 def write_comparison(summaries: Sequence[dict[str, Any]], out_dir: Path) -> None:
     """comparison.md (a table to paste into a README) and comparison.csv (numbers)."""
-    header, rows = comparison_rows(summaries)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "comparison.md").write_text(markdown_table(header, rows), encoding="utf-8")
+    (out_dir / "comparison.md").write_text(
+        comparison_text(summaries, markdown_table), encoding="utf-8"
+    )
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     header, rows = comparison_numbers(summaries)
