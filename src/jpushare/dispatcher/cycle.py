@@ -29,7 +29,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -78,6 +78,32 @@ log = logging.getLogger(__name__)
 Busy = dict[tuple[str, str], int]
 
 
+@dataclass(slots=True)
+class InventoryMemo:
+    """What the last inventory sync wrote, so an unchanged inventory is not rewritten.
+
+    Syncing every node each cycle costs ~2 ms per node (200 ms for 100 nodes); the
+    inventory's facts (GPU counts, node states) rarely change, so a cycle syncs only when
+    they differ from the last sync, or `resync_s` after it (which also brings back what an
+    admin removed while the executor still reports it, and refreshes `observed_at`).
+    """
+
+    resync_s: float = 60.0
+    last: tuple[tuple[str, str, int, str], ...] | None = None
+    at: float = 0.0
+
+    @staticmethod
+    def facts(groups: Iterable[GpuGroup]) -> tuple[tuple[str, str, int, str], ...]:
+        return tuple(sorted((g.node, g.gpu_type, g.total, g.state.value) for g in groups))
+
+    def needs_sync(self, facts: tuple[tuple[str, str, int, str], ...], now_s: float) -> bool:
+        return facts != self.last or now_s - self.at >= self.resync_s
+
+    def synced(self, facts: tuple[tuple[str, str, int, str], ...], now_s: float) -> None:
+        """Call once the sync's transaction has committed."""
+        self.last, self.at = facts, now_s
+
+
 @dataclass(frozen=True, slots=True)
 class CycleDeps:
     """What a cycle works with. `gpu_type_to_tier` maps executor GPU types to tier names
@@ -88,6 +114,7 @@ class CycleDeps:
     router: BackfillRouter = field(default_factory=NoRouter)
     clock: Callable[[], datetime] = store.utc_now
     gpu_type_to_tier: Mapping[str, str] = field(default_factory=dict)
+    inventory_memo: InventoryMemo = field(default_factory=lambda: InventoryMemo())
 
     def gpu_type_of(self, tier: str) -> str:
         """The executor's GPU type for a tier name (the mapping read backwards)."""
@@ -136,6 +163,8 @@ class CycleReport:
     reservations_released: Mapping[str, int] = field(default_factory=dict)  # reason -> count
     skipped_decisions: int = 0
     error: str | None = None
+    # Seconds per step: observe (1, with its stops and resubmits), decide (2-4), act (5-6).
+    phases_s: Mapping[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One log line."""
@@ -174,6 +203,7 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
     crash_point("after_observe")
     stopped = stop_stale_runs(deps, observed.stale)
     resubmitted = start_runs(deps, [_launch_of(deps, row) for row in observed.resubmit])
+    t1 = time.perf_counter()
 
     # 2-4. Snapshot, decide, record: one transaction.
     now = deps.clock()
@@ -181,6 +211,7 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
         snapshot = store.load_snapshot(session, now, observed.busy)
         decisions = decide(snapshot)
         recorded = store.record_decisions(session, decisions, now)
+    t2 = time.perf_counter()
     if recorded.dispatched:
         crash_point("after_record")
 
@@ -206,7 +237,9 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
             for d in recorded.dispatched
         ],
     )
-    return _report(at, t0, observed, decisions, recorded, dispatched, resubmitted, stopped)
+    phases = {"observe": t1 - t0, "decide": t2 - t1, "act": time.perf_counter() - t2}
+    report = _report(at, t0, observed, decisions, recorded, dispatched, resubmitted, stopped)
+    return replace(report, phases_s=phases)
 
 
 # --- 1. observe ------------------------------------------------------------------------
@@ -224,7 +257,10 @@ def observe(
     counts: Counter[str] = Counter()
     missing: list[int] = []
     with deps.sessions.begin() as session:
-        store.sync_inventory(session, mapped, now, mark_missing_down=True)
+        facts, mono = InventoryMemo.facts(mapped), time.monotonic()
+        sync = deps.inventory_memo.needs_sync(facts, mono)
+        if sync:
+            store.sync_inventory(session, mapped, now, mark_missing_down=True)
         active = [_active(row) for row in active_jobs(session)]
         for t in transitions(active, by_key, store.to_epoch(now)):
             kind = _apply(session, t, now)
@@ -239,6 +275,8 @@ def observe(
         owners = job_states(session, _job_ids(runs))
         stale = stale_runs(runs, {str(k): v for k, v in owners.items()})
         resubmit = dispatched_launches(session, missing)
+    if sync:
+        deps.inventory_memo.synced(facts, mono)
     return Observed(
         busy,
         started=counts["started"],
@@ -362,11 +400,15 @@ def _launch_of(deps: CycleDeps, row: LaunchRow) -> _Launch:
 
 
 def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
-    """Steps 5 and 6 for each launch: yield, submit, then confirm or undo."""
-    started: list[int] = []
+    """Steps 5 and 6: yield and submit each launch, then confirm the accepted ones together.
+
+    A refusal fails its job at once (its own transaction). The accepted runs are confirmed
+    in one transaction after the last submit: a crash before it leaves them DISPATCHED
+    without an executor id, which the next observe confirms (the runs exist).
+    """
     refused: list[tuple[int, str]] = []
     deferred: list[int] = []
-    orphaned: list[int] = []
+    accepted: list[tuple[_Launch, str]] = []
     for launch in launches:
         spec = launch.spec
         job_id = int(spec.job_id)
@@ -388,24 +430,41 @@ def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
             deferred.append(job_id)
             continue
         crash_point("after_submit")
-        # 6. Confirm. False: the job left DISPATCHED meanwhile (cancelled through the API,
-        # or already confirmed by an earlier cycle); if it has ended, its run must not live.
-        with deps.sessions.begin() as session:
-            ok = store.confirm_dispatch(
-                session, job_id, executor_id, deps.clock(), attempt=spec.attempt
-            )
-            state = None if ok else job_states(session, [job_id]).get(job_id)
-        if ok or (state is not None and state[0] == "RUNNING" and state[1] == spec.attempt):
-            started.append(job_id)
+        accepted.append((launch, executor_id))
+    if not accepted:
+        return Outcome((), tuple(refused), tuple(deferred), ())
+
+    # 6. Confirm. False: the job left DISPATCHED meanwhile (cancelled through the API); a
+    # run whose job has ended must not live on.
+    started: list[int] = []
+    orphans: list[tuple[int, str]] = []
+    with deps.sessions.begin() as session:
+        now = deps.clock()
+        for launch, executor_id in accepted:
+            spec = launch.spec
+            job_id = int(spec.job_id)
+            if store.confirm_dispatch(session, job_id, executor_id, now, attempt=spec.attempt):
+                started.append(job_id)
+            else:
+                orphans.append((job_id, executor_id))
+        states = job_states(session, [job_id for job_id, _ in orphans])
+    for launch, executor_id in accepted:
+        spec = launch.spec
+        if int(spec.job_id) in started:
             log.info(
-                "job %d attempt %d started on %s/%s x%d as %s",
-                job_id,
+                "job %s attempt %d started on %s/%s x%d as %s",
+                spec.job_id,
                 spec.attempt,
                 spec.node,
                 launch.tier,
                 spec.num_gpus,
                 executor_id,
             )
+    orphaned: list[int] = []
+    for job_id, executor_id in orphans:
+        state, attempt = states.get(job_id, ("", 0))
+        if state in ("DISPATCHED", "RUNNING") and attempt == _attempt_of(accepted, job_id):
+            started.append(job_id)  # an earlier cycle confirmed it already
             continue
         log.info("job %d ended before its run was confirmed: stopping %s", job_id, executor_id)
         try:
@@ -414,6 +473,10 @@ def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
             log.warning("could not stop run %s: %s", executor_id, exc)
         orphaned.append(job_id)
     return Outcome(tuple(started), tuple(refused), tuple(deferred), tuple(orphaned))
+
+
+def _attempt_of(accepted: list[tuple[_Launch, str]], job_id: int) -> int:
+    return next(launch.spec.attempt for launch, _ in accepted if int(launch.spec.job_id) == job_id)
 
 
 def _report(

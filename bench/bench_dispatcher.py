@@ -1,0 +1,239 @@
+"""Benchmark of a full dispatcher cycle (`run_cycle`) with 10,000 queued jobs.
+
+What is timed is the service's own cycle, steps 1-6 (see `jpushare.dispatcher.cycle`):
+observe (inventory sync of every node, run transitions, busy GPUs stored), snapshot +
+decide + record in one transaction (the issue's target: under 500 ms on PostgreSQL), and
+act + confirm. The executor is an in-memory fake (instant submit, no processes), so the
+numbers are the database's and the policy's, not a backend's.
+
+States (100 nodes x 8 GPUs, 3 tiers, 20 labs, job sizes as in the Philly trace):
+- busy: every GPU busy: no dispatch; the cycle orders the queue and answers "why" for all
+  (repeated: the database does not change between repetitions);
+- mixed: a quarter of the GPUs idle: one first cycle that dispatches ~150 jobs and starts a
+  reservation (measured once per repetition on a freshly reset database state).
+
+Run: `.venv/bin/python bench/bench_dispatcher.py [--jobs N] [--repeat K] [--sqlite]`; the
+database is a fresh schema in `JPUSHARE_TEST_POSTGRES_URL` (default
+postgresql+psycopg://postgres@127.0.0.1:5432/test), dropped at the end, or with `--sqlite`
+a temporary SQLite file. Prints milliseconds; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from jpushare.dispatcher.cycle import CycleDeps, CycleReport, InventoryMemo, run_cycle
+from jpushare.executors.base import GpuGroup, LaunchSpec, NodeState, RunInfo, RunState
+from jpushare.policy import Tier
+from jpushare.store.observations import PlacementObservation
+from jpushare.store.schema import Job, JobEvent, Lab
+
+TIERS = (
+    Tier("rtx3080ti", 34.1, 10),
+    Tier("rtx4090", 82.6, 20),
+    Tier("rtx5090", 104.8, 30),
+)
+SIZES = [1] * 80 + [2] * 3 + [4] * 6 + [8] * 11
+DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeExecutor:
+    """Instant, in memory: `used` per (node, type) as set, runs as submitted."""
+
+    groups: list[GpuGroup]
+    submitted: dict[tuple[str, int], RunInfo] = field(default_factory=dict)
+
+    def inventory(self) -> list[GpuGroup]:
+        return self.groups
+
+    def submit(self, spec: LaunchSpec) -> str:
+        key = (spec.job_id, spec.attempt)
+        run = RunInfo(spec.job_id, spec.attempt, f"{spec.job_id}.{spec.attempt}", RunState.PENDING)
+        self.submitted.setdefault(key, run)
+        return self.submitted[key].executor_id
+
+    def runs(self) -> list[RunInfo]:
+        return list(self.submitted.values())
+
+    def find(self, job_id: str, attempt: int) -> RunInfo | None:
+        return self.submitted.get((job_id, attempt))
+
+    def cancel(self, executor_id: str) -> None:
+        return None
+
+    def log(self, job_id: str, attempt: int) -> str:
+        return ""
+
+
+def populate(sessions: sessionmaker[Session], n_jobs: int, n_nodes: int) -> list[GpuGroup]:
+    rng = random.Random(1)
+    groups = [
+        GpuGroup(f"node-{i:04d}", TIERS[i % len(TIERS)].name, 8, 8, NodeState.UP)
+        for i in range(n_nodes)
+    ]
+    with sessions.begin() as s:
+        store.upsert_tiers(s, TIERS)
+        store.sync_inventory(s, groups, T0)
+        users = []
+        for i in range(20):
+            store.create_lab(s, f"lab{i:02d}", T0)
+            users.append(store.create_user(s, f"user{i:02d}", f"lab{i:02d}", "student", T0))
+            s.execute(
+                sa.update(Lab)
+                .where(Lab.name == f"lab{i:02d}")
+                .values(cumulative_usage=rng.uniform(0, 1e9))
+            )
+        rows = []
+        for j in range(n_jobs):
+            user = rng.choice(users)
+            entered = T0 + timedelta(seconds=rng.uniform(0, 1e5))
+            rows.append(
+                {
+                    "name": f"job{j}",
+                    "command": "python train.py",
+                    "user_id": user.id,
+                    "lab_id": user.lab_id,
+                    "num_gpus": rng.choice(SIZES),
+                    "minimum_tier_sort_order": rng.choice([10, 10, 10, 20, 30]),
+                    "state": "GLOBAL_QUEUE_WAIT",
+                    "submitted_at": entered,
+                    "queue_entered_at": entered,
+                }
+            )
+        s.execute(sa.insert(Job), rows)
+    return groups
+
+
+def with_used(groups: list[GpuGroup], state: str) -> list[GpuGroup]:
+    rng = random.Random(2)
+    out = []
+    for g in groups:
+        used = 8 if state == "busy" else rng.choice([8, 8, 8, 6, 4, 0])
+        out.append(GpuGroup(g.node, g.gpu_type, g.total, used, g.state))
+    return out
+
+
+def reset(sessions: sessionmaker[Session]) -> None:
+    """Every job back in the queue as populated (undo a measured mixed cycle)."""
+    with sessions.begin() as s:
+        s.execute(sa.delete(JobEvent))
+        s.execute(sa.delete(PlacementObservation))
+        s.execute(
+            sa.update(Job).values(
+                state="GLOBAL_QUEUE_WAIT",
+                attempts=0,
+                node_name=None,
+                tier_id=None,
+                executor_id=None,
+                dispatched_at=None,
+                reserved_gpus=0,
+                reserved_node_name=None,
+                reserved_tier_id=None,
+                reservation_since=None,
+                reservation_last_accrued_at=None,
+                reservation_gpu_seconds=0.0,
+            )
+        )
+
+
+def row(report: CycleReport) -> dict[str, float]:
+    p = report.phases_s
+    return {
+        "observe": p["observe"] * 1000,
+        "snapshot+decide+record": p["decide"] * 1000,
+        "act+confirm": p["act"] * 1000,
+        "whole cycle": report.duration_s * 1000,
+        "dispatched": len(report.dispatched.started),
+        "reservations": report.reservations_started,
+        "queue": report.queue_length,
+    }
+
+
+def show(name: str, rows: list[dict[str, float]]) -> None:
+    first = rows[0]
+    print(
+        f"\n{name}: queue {int(first['queue'] + first['dispatched'])}, "
+        f"dispatched {int(first['dispatched'])}, reservations started "
+        f"{int(first['reservations'])} per cycle ({len(rows)} cycles)"
+    )
+    print(f"  {'step':<24} {'median ms':>10} {'max ms':>8}")
+    for key in ("observe", "snapshot+decide+record", "act+confirm", "whole cycle"):
+        values = [r[key] for r in rows]
+        print(f"  {key:<24} {statistics.median(values):>10.1f} {max(values):>8.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--url", default=None, help="PostgreSQL URL (default: the test database)")
+    ap.add_argument("--sqlite", action="store_true", help="a temporary SQLite file instead")
+    args = ap.parse_args()
+
+    base = args.url or os.environ.get("JPUSHARE_TEST_POSTGRES_URL") or DEFAULT_URL
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    tmp = tempfile.TemporaryDirectory()
+    if args.sqlite:
+        url = store.sqlite_url(Path(tmp.name) / "bench.sqlite")
+    else:
+        admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        parsed = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+        url = parsed.render_as_string(hide_password=False)
+    print(f"database: {make_url(url).get_backend_name()}, {args.jobs} queued jobs")
+    engine: Any = None
+    try:
+        store.upgrade(url)
+        engine = store.make_engine(url)
+        sessions = store.make_sessionmaker(engine)
+        groups = populate(sessions, args.jobs, args.nodes)
+        with engine.begin() as c:
+            c.execute(sa.text("ANALYZE"))
+        clock = [T0 + timedelta(days=2)]
+
+        def now() -> datetime:
+            clock[0] += timedelta(seconds=5)
+            return clock[0]
+
+        busy_deps = CycleDeps(sessions, FakeExecutor(with_used(groups, "busy")), clock=now)
+        run_cycle(busy_deps)  # warm up (and the first inventory sync)
+        show("busy", [row(run_cycle(busy_deps)) for _ in range(args.repeat)])
+
+        mixed = []
+        memo = InventoryMemo()  # one process: the inventory is synced once, not each time
+        for _ in range(args.repeat):
+            reset(sessions)
+            fake = FakeExecutor(with_used(groups, "mixed"))
+            deps = CycleDeps(sessions, fake, clock=now, inventory_memo=memo)
+            mixed.append(row(run_cycle(deps)))
+        show("mixed (first cycle after a quarter of the GPUs free up)", mixed)
+    finally:
+        if engine is not None:
+            engine.dispose()
+        if not args.sqlite:
+            with admin.connect() as c:
+                c.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+            admin.dispose()
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
