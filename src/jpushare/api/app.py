@@ -27,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import anyio
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.api import queries
-from jpushare.api.deps import ApiContext, BusySource, get_context
+from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import install_error_handlers
 from jpushare.api.routes import admin, cluster, jobs, service
 from jpushare.executors.base import Executor
@@ -82,6 +83,7 @@ def create_app(
         clock=clock,
         observed_busy=busy,
         metrics=service_metrics,
+        db_slots=anyio.CapacityLimiter(db_slots_for(sessions)),
     )
     install_error_handlers(app)
     for router in (jobs.router, cluster.router, admin.router, service.router):

@@ -9,14 +9,17 @@ when the handler returns, before the response is sent, rolled back if it raises)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from jpushare import store
 from jpushare.api.errors import ApiError, ErrorCode
@@ -38,6 +41,7 @@ class ApiContext:
     clock: Callable[[], datetime]
     observed_busy: BusySource
     metrics: ServiceMetrics
+    db_slots: anyio.CapacityLimiter  # requests that may hold a session at once
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""
@@ -53,9 +57,45 @@ def get_context(request: Request) -> ApiContext:
 ContextDep = Annotated[ApiContext, Depends(get_context)]
 
 
-def get_session(context: ContextDep) -> Iterator[Session]:
-    with context.sessions.begin() as session:
-        yield session
+MAX_DB_SLOTS = 10
+
+
+def db_slots_for(sessions: sessionmaker[Session]) -> int:
+    """How many requests may hold a session at once: fewer than the engine's pool holds,
+    leaving room for /healthz, /metrics and a dispatcher sharing the engine."""
+    bind = sessions.kw.get("bind")
+    pool = getattr(bind, "pool", None)
+    if isinstance(pool, QueuePool):
+        return max(1, min(MAX_DB_SLOTS, pool.size() + pool._max_overflow - 3))
+    return MAX_DB_SLOTS
+
+
+async def get_session(context: ContextDep) -> AsyncIterator[Session]:
+    """One session in one transaction per request, committed when the handler returns.
+
+    The slot is awaited on the event loop, before any thread is taken: with sync handlers
+    in a thread pool, requests that block threads while waiting for a pooled connection
+    can starve the requests that hold the connections (and time out after 30 s).
+    """
+    async with context.db_slots:
+        session = context.sessions()
+        try:
+            yield session
+        except BaseException:
+            await run_in_threadpool(_end, session, False)
+            raise
+        await run_in_threadpool(_end, session, True)
+
+
+def _end(session: Session, commit: bool) -> None:
+    """Commit (or roll back) and close, in one trip to the thread pool."""
+    try:
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
+    finally:
+        session.close()
 
 
 # scope="function": the transaction ends (commit or rollback) when the handler returns,
