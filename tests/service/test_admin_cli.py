@@ -1,0 +1,131 @@
+"""`jpushare init --cluster` and `jpushare admin …` on both databases, run in-process the way
+the command line runs them (`python -m jpushare.service` has the same parser)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from jpushare import store
+from jpushare.service.__main__ import main
+from jpushare.store.cluster_setup import set_lab_usage
+from tests.dispatcher.conftest import CLUSTER_YAML
+
+TOKEN = re.compile(r"jps_[A-Za-z0-9_-]+")
+
+
+@pytest.fixture
+def cli(empty_db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[str, Path]:
+    monkeypatch.setenv("JPUSHARE_DATABASE_URL", empty_db_url)
+    monkeypatch.setenv("JPUSHARE_STATE_DIR", str(tmp_path / "var"))
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER_YAML.replace("alpha: 0", "alpha: 1500"))
+    return empty_db_url, cluster
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_init_loads_the_cluster_once_and_is_idempotent(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, cluster = cli
+    code, out, _ = run(capsys, "init", "--cluster", str(cluster))
+    assert code == 0
+    assert "labs created: alpha, beta" in out
+    engine = store.make_engine(url)
+    sessions = store.make_sessionmaker(engine)
+    with sessions.begin() as s:
+        user = store.create_user(s, "u", "alpha", "student", store.utc_now())
+        job = store.submit_job(
+            s, user_id=user.id, name="j", command="true", num_gpus=1, now=store.utc_now()
+        )
+        set_lab_usage(s, "alpha", 9999.0)  # usage since: a second init must not reset it
+    code, out, _ = run(capsys, "init", "--cluster", str(cluster))
+    assert code == 0
+    assert "labs kept as they are: alpha, beta" in out
+    assert "GPUs added 0, removed 0" in out
+    with sessions() as s:
+        assert [t.name for t in store.list_tiers(s)] == ["rtx4090", "rtx3080ti"]
+        assert {n.name: n.gpus for n in store.list_nodes(s)} == {
+            "node-a": {"rtx4090": 2},
+            "node-b": {"rtx3080ti": 1},
+        }
+        assert store.get_lab(s, "alpha").cumulative_usage == 9999.0
+        assert store.get_lab(s, "beta").cumulative_usage == 0.0
+        assert store.get_job(s, job.id).state == "GLOBAL_QUEUE_WAIT"
+    engine.dispose()
+
+
+def test_a_fresh_lab_gets_its_starting_usage(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    engine = store.make_engine(url)
+    with store.make_sessionmaker(engine)() as s:
+        assert store.get_lab(s, "alpha").cumulative_usage == 1500.0
+    engine.dispose()
+
+
+def test_admin_commands_manage_labs_users_tokens_nodes_and_tiers(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    assert run(capsys, "admin", "lab", "add", "gamma", "--usage", "42")[0] == 0
+    code, out, _ = run(capsys, "admin", "user", "add", "carol", "--lab", "gamma", "--role", "pi")
+    assert code == 0
+    first = TOKEN.search(out)
+    assert first is not None
+    code, out, _ = run(capsys, "admin", "token", "issue", "carol")
+    second = TOKEN.search(out)
+    assert code == 0 and second is not None and second.group() != first.group()
+    engine = store.make_engine(url)
+    sessions = store.make_sessionmaker(engine)
+    with sessions() as s:
+        carol = store.authenticate(s, first.group())
+        assert carol is not None and (carol.lab_name, carol.role) == ("gamma", "pi")
+        token_id = store.list_tokens(s, carol.id)[0].id
+        assert store.get_lab(s, "gamma").cumulative_usage == 42.0
+    assert run(capsys, "admin", "token", "revoke", str(token_id))[0] == 0
+    with sessions() as s:
+        assert store.authenticate(s, first.group()) is None
+        assert store.authenticate(s, second.group()) is not None
+
+    assert run(capsys, "admin", "node", "drain", "node-a", "--reason", "fan")[0] == 0
+    code, out, _ = run(capsys, "admin", "node", "list")
+    assert "drained: fan" in out
+    assert run(capsys, "admin", "node", "undrain", "node-a")[0] == 0
+    assert run(capsys, "admin", "node", "remove", "node-b")[0] == 0
+    code, out, _ = run(capsys, "admin", "tier", "set", "rtx4090", "--max-gpus", "4")
+    assert code == 0 and "max 4 GPUs per job" in out
+    code, out, _ = run(
+        capsys, "admin", "tier", "set", "rtx5090", "--tflops", "104.8", "--sort-order", "30"
+    )
+    assert code == 0
+    with sessions() as s:
+        nodes = {n.name: n for n in store.list_nodes(s)}
+        assert list(nodes) == ["node-a"] and not nodes["node-a"].admin_drained
+        tiers = {t.name: t for t in store.list_tiers(s)}
+        assert (tiers["rtx4090"].max_gpus, tiers["rtx4090"].tflops) == (4, 82.6)
+        assert tiers["rtx5090"].sort_order == 30
+    engine.dispose()
+
+
+def test_admin_errors_are_one_line_and_exit_1(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    code, _, err = run(capsys, "admin", "user", "add", "dave", "--lab", "nope")
+    assert code == 1 and err.startswith("jpushare admin:") and err.count("\n") == 1
+    code, _, err = run(capsys, "admin", "tier", "set", "h100")
+    assert code == 1 and "--tflops and --sort-order are needed" in err
+    code, _, err = run(capsys, "init", "--cluster", str(cluster.with_name("missing.yaml")))
+    assert code == 2 and "cannot read the cluster file" in err
