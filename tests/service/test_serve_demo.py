@@ -122,8 +122,8 @@ def test_the_demo_service_runs_completes_cancels_and_reserves_jobs_with_a_why_at
 
     # Fill the cluster so that no placement has 2 idle GPUs, but some have 1.
     # 16 GPUs: node-b 4x5090, node-c 4x4090 + 4x5090, node-a 2x4090, node-d 2x3080ti.
-    flags = {}
-    blockers = []
+    flags: dict[int, Path] = {}
+    blockers: list[int] = []
     for n in (3, 3, 3, 2, 2):
         flag = tmp / f"flag-{len(blockers)}"
         blockers.append(api.submit(f"while [ ! -e '{flag}' ]; do sleep 0.05; done", n))
