@@ -66,7 +66,13 @@ def build_executor(
     else:
         with sessions() as session:
             declared = declared_inventory(session)
-    return LocalExecutor(settings.state_dir / "executor", declared=declared)
+    executor = LocalExecutor(settings.state_dir / "executor", declared=declared)
+    if not executor.gpus:
+        log.warning(
+            "the local executor has no GPUs: no NVML / nvidia-smi GPU, no JPUSHARE_CLUSTER and "
+            "no inventory in the database (run `jpushare init --cluster FILE`)"
+        )
+    return executor
 
 
 def _cluster_spec(settings: Settings, demo: bool) -> ClusterSpec | None:
