@@ -86,7 +86,7 @@ def random_case(seed: int) -> tuple[ClusterSpec, list[TraceJob]]:
                 min_tier=rng.choice([None, None, None, "mid", "strong"]),
                 cancel=cancel,
                 oom_on=oom,
-                time_limit=duration * rng.choice([1.0, 1.5, 3.0]),
+                time_limit=duration * rng.choice([0.5, 1.0, 1.5, 3.0]),  # 0.5: overruns
             )
         )
     return c, jobs

@@ -160,14 +160,15 @@ def test_events_between_cycles_apply_at_the_next_cycle_but_keep_their_own_time()
     assert r["b"].wait_s == 18.0
 
 
+@pytest.mark.parametrize("cycle_s", [5.0, 0.7])  # 0.7: cycle times are inexact floats
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("seed", range(8))
 def test_skipping_idle_cycles_gives_exactly_the_result_of_running_every_cycle(
-    policy: str, seed: int
+    policy: str, seed: int, cycle_s: float
 ) -> None:
     c, jobs = random_case(seed)
-    skipped = simulate(c, jobs, policy)
-    every = simulate(c, jobs, policy, every_cycle=True)
+    skipped = simulate(c, jobs, policy, cycle_s)
+    every = simulate(c, jobs, policy, cycle_s, every_cycle=True)
     assert jobs_csv(skipped) == jobs_csv(every)
     assert skipped.jobs == every.jobs
     assert skipped.lab_usage == every.lab_usage

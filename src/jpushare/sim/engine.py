@@ -368,10 +368,15 @@ class _Engine:
             elif self.every_cycle:
                 k += 1
             else:
-                # Nothing can change before the next event: jump to the first cycle >= it.
-                k = max(k + 1, math.ceil(nxt / c))
-                while k * c < nxt:
-                    k += 1
+                # Nothing can change before the next event: jump to the first cycle whose
+                # time (computed as k * c, as when running every cycle) is >= it. The
+                # division may round either way, so correct the guess in both directions.
+                j = max(k + 1, math.ceil(nxt / c))
+                while j - 1 > k and (j - 1) * c >= nxt:
+                    j -= 1
+                while j * c < nxt:
+                    j += 1
+                k = j
         self.cycles_total = k + 1
 
     def _next_event_time(self) -> float | None:
