@@ -8,7 +8,12 @@ import sys
 from collections.abc import Sequence
 
 # Each module defines register(subparsers) and sets `func` (args -> exit code) on its parsers.
-COMMAND_MODULES: tuple[str, ...] = ("jpushare.sim.cli",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "jpushare.service.cli",  # serve, init, admin (server side, talks to the database)
+    "jpushare.client.cli",  # submit, jobs, queue, why, cancel, log, labs, placements, tiers
+    "jpushare.sim.cli",  # simulate
+    "jpushare.traces.cli",  # trace (real trace loaders)
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
