@@ -15,7 +15,7 @@ import argparse
 import random
 import time
 
-from jpushare.policy.model import Placement, Tier
+from jpushare.policy.model import Decisions, Placement, Snapshot, Tier
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.cluster_file import ClusterSpec, NodeEvent
 from jpushare.sim.engine import simulate
@@ -48,7 +48,8 @@ def synthetic_cluster(seed: int = 1) -> ClusterSpec:
     return ClusterSpec(TIERS, tuple(sorted(placements, key=lambda p: p.key)), {}, tuple(events))
 
 
-def synthetic_trace(n: int, seed: int = 2) -> list[TraceJob]:
+def synthetic_trace(n: int, seed: int = 2, mu: float = 7.4) -> list[TraceJob]:
+    """n jobs over 10 days; run times log-normal(mu, 1.9) seconds (7.4: busy, 7.8: overloaded)."""
     rng = random.Random(seed)
     labs = [f"lab{i:02d}" for i in range(20)]
     weights = [1 / (i + 1) for i in range(20)]
@@ -56,7 +57,7 @@ def synthetic_trace(n: int, seed: int = 2) -> list[TraceJob]:
     jobs = []
     for i in range(n):
         submit = round(rng.uniform(0, span))
-        duration = round(min(rng.lognormvariate(7.4, 1.9), 5 * 86400)) + 1
+        duration = round(min(rng.lognormvariate(mu, 1.9), 5 * 86400)) + 1
         estimate = round(duration * rng.uniform(1.0, 3.0))
         oom = frozenset({"rtx3080ti"}) if rng.random() < 0.01 else frozenset()
         cancel = submit + rng.randrange(60, 7200) if rng.random() < 0.01 else None
@@ -80,21 +81,32 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=15_000)
     ap.add_argument("--policy", action="append", choices=list(POLICIES))
     ap.add_argument("--every-cycle", action="store_true")
+    ap.add_argument(
+        "--overloaded", action="store_true", help="longer jobs: queues of thousands, waits of days"
+    )
     args = ap.parse_args()
     cluster = synthetic_cluster()
-    jobs = synthetic_trace(args.jobs)
+    jobs = synthetic_trace(args.jobs, mu=7.8 if args.overloaded else 7.4)
     print(f"{len(jobs)} jobs, {cluster.capacity_gpus} GPUs, {len(cluster.placements)} placements")
     print(
         f"{'policy':<12} {'wall s':>7} {'cycles run':>10} {'of':>8} {'util':>6} {'wait p95 s':>11}"
+        f" {'mean queue':>10}"
     )
     for policy in args.policy or list(POLICIES):
+        queued: list[int] = []
+
+        def observe(snapshot: Snapshot, decisions: Decisions, queued: list[int] = queued) -> None:
+            queued.append(len(snapshot.queue))
+
         t0 = time.perf_counter()
         r = simulate(cluster, jobs, policy, 5.0, every_cycle=args.every_cycle)
         wall = time.perf_counter() - t0
+        simulate(cluster, jobs, policy, 5.0, observer=observe)
         s = summary(r)
         print(
             f"{policy:<12} {wall:7.2f} {r.cycles_run:10d} {r.cycles_total:8d} "
-            f"{s['gpu_utilization']:6.1%} {s['wait_s']['p95']:11.0f}"
+            f"{s['gpu_utilization']:6.1%} {s['wait_s']['p95']:11.0f} "
+            f"{sum(queued) / max(1, len(queued)):10.0f}"
         )
 
 

@@ -269,8 +269,21 @@ def test_no_placement_ever_holds_more_than_its_capacity(policy: str) -> None:
     simulate(c, jobs, policy, observer=observe)
 
 
-def test_an_unknown_policy_or_cycle_is_refused() -> None:
+def test_a_job_that_can_never_start_again_ends_the_replay_queued() -> None:
+    c = cluster(("n1", {"strong": 2}), ("n2", {"mid": 2}), events=[NodeEvent(10, "n1", "down")])
+    result = simulate(c, [job("a", 0, 100), job("b", 20, 10, min_tier="strong")])
+    r = by_id(result)
+    assert r["a"].state is JobState.COMPLETED and r["a"].attempts[-1].node == "n2"
+    assert r["b"].state is JobState.QUEUED
+    assert r["b"].attempts == ()
+
+
+def test_bad_api_input_is_refused() -> None:
     c = cluster(("n1", {"mid": 1}))
+    with pytest.raises(ValueError, match="min_tier 'huge' is not a tier"):
+        simulate(c, [job("a", 0, 1, min_tier="huge")])
+    with pytest.raises(ValueError, match="unique"):
+        simulate(c, [job("a", 0, 1), job("a", 1, 1)])
     with pytest.raises(ValueError, match="unknown policy 'lifo'"):
         simulate(c, [], "lifo")
     with pytest.raises(ValueError, match="cycle_s must be > 0"):

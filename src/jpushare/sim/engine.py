@@ -69,7 +69,7 @@ from jpushare.policy.model import (
 from jpushare.policy.oom import escalate
 from jpushare.policy.peers import POLICIES, Policy
 from jpushare.sim.cluster_file import ClusterSpec
-from jpushare.sim.trace_file import TraceJob
+from jpushare.sim.trace_file import TraceJob, check_tiers
 
 Key = tuple[str, str]  # (node, tier)
 Observer = Callable[[Snapshot, Decisions], None]
@@ -202,6 +202,9 @@ def simulate(
         name, fn = getattr(policy, "__name__", "custom"), policy
     if not (cycle_s > 0 and math.isfinite(cycle_s)):
         raise ValueError(f"cycle_s must be > 0, got {cycle_s}")
+    check_tiers(jobs, cluster.tiers)
+    if len({j.job_id for j in jobs}) != len(jobs):
+        raise ValueError("job ids must be unique within a trace")
     started = time.perf_counter()
     engine = _Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
     engine.run()
