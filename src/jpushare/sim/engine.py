@@ -12,7 +12,9 @@ every_cycle=False, progress=None) -> SimResult``
 - `cluster`: a `ClusterSpec` (tiers, placements, starting lab usage, node events).
 - `jobs`: `TraceJob`s (any order; tier names must exist: see `trace_file.check_tiers`).
 - `policy`: a name of `jpushare.policy.peers.POLICIES` ("reservation" is SPEC §3's
-  `decide` itself, called as is) or any `(Snapshot) -> Decisions` function.
+  `decide` itself, called as is) or any `(Snapshot) -> Decisions` function (for cycle
+  skipping to be exact it must have the property stated under "Time" below; if unsure,
+  pass `every_cycle=True`). Actions the cluster cannot honour raise RuntimeError.
 - `observer(snapshot, decisions)`: called after every cycle that ran, once its decisions
   have been applied. The snapshot is exactly what the policy saw.
 - `every_cycle=True` runs the policy at every cycle instead of skipping idle ones (for
@@ -20,7 +22,10 @@ every_cycle=False, progress=None) -> SimResult``
 - `progress(finished_jobs, total_jobs)`: called when jobs have finished in a cycle.
 
 `SimResult.jobs` holds one `JobRecord` per trace job, in trace order, with every attempt,
-its run and reservation costs and what was billed to its lab. Usage conservation: once
+its run and reservation costs and what was billed to its lab; its state is COMPLETED,
+FAILED, CANCELLED or REJECTED, or QUEUED if nothing could ever start it again (e.g. its
+only fit node stayed down). `SimResult.reservations` lists every reservation with its
+release reason; `gpu_timeline` and `lab_timeline` feed the plots. Usage conservation: once
 every job has ended, `sum(lab_usage) - sum(initial_lab_usage) == sum(job.billed)` and each
 ended job's `billed == run_cost + reservation_cost`.
 
