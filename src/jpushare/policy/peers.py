@@ -23,6 +23,7 @@ from jpushare.policy.fit import fits
 from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
 
 Key = tuple[str, str]  # (node, tier)
+_NODE_TIER = attrgetter("node", "tier")
 Class = tuple[int, int]  # (num_gpus, min_sort_order)
 Policy = Callable[[Snapshot], Decisions]
 
@@ -33,9 +34,12 @@ class _Cycle:
     def __init__(self, snapshot: Snapshot) -> None:
         self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
         self.placements = sorted(
-            (p for p in snapshot.placements if p.tier in self.tiers), key=lambda p: p.key
+            (p for p in snapshot.placements if p.tier in self.tiers), key=_NODE_TIER
         )
-        self.idle: dict[Key, int] = {p.key: p.free for p in self.placements}
+        self.idle: dict[Key, int] = {
+            (p.node, p.tier): max(0, p.capacity - p.busy) if p.schedulable else 0
+            for p in self.placements
+        }
         self._fit: dict[Class, list[Placement]] = {}
         self.actions: list[Action] = []
 
@@ -60,7 +64,7 @@ class _Cycle:
         return best
 
     def dispatch(self, job: QueuedJob, p: Placement) -> None:
-        self.idle[p.key] -= job.num_gpus
+        self.idle[(p.node, p.tier)] -= job.num_gpus
         self.actions.append(Dispatch(job.job_id, p.node, p.tier, job.num_gpus))
 
 
@@ -160,11 +164,10 @@ def backfill(snapshot: Snapshot) -> Decisions:
     now = snapshot.now
     cycle = _Cycle(snapshot)
     queue = _sorted_queue(snapshot)
-    ends: dict[Key, list[tuple[float, int]]] = {}
-    for r in snapshot.running:
-        ends.setdefault((r.node, r.tier), []).append(
-            (_end(r.started_at, r.time_limit_s), r.num_gpus)
-        )
+    # Expected ends per placement, built only once a plan is needed (most cycles in a busy
+    # replay need one, but the jobs that start before the pivot are few).
+    started: list[tuple[Key, float, int]] = []
+    ends: dict[Key, list[tuple[float, int]]] | None = None
 
     plan: _Plan | None = None
     failed: set[Class] = set()  # no placement at all has enough idle GPUs
@@ -176,9 +179,15 @@ def backfill(snapshot: Snapshot) -> Decisions:
             p = None if cls in failed else cycle.first(n, m)
             if p is not None:
                 cycle.dispatch(job, p)
-                ends.setdefault(p.key, []).append((_end(now, job.time_limit_s), n))
+                end = _end(now, job.time_limit_s)
+                if ends is None:
+                    started.append(((p.node, p.tier), end, n))
+                else:
+                    ends.setdefault((p.node, p.tier), []).append((end, n))
                 continue
             failed.add(cls)
+            if ends is None:
+                ends = _running_ends(snapshot, started)
             plan = _plan(job, cycle, ends)
             continue
         if cls in failed:
@@ -197,13 +206,32 @@ def backfill(snapshot: Snapshot) -> Decisions:
                 failed_elsewhere.add(cls)
                 continue
         cycle.dispatch(job, p)
-        if p.key == plan.key and not ends_in_time:
+        if (p.node, p.tier) == plan.key and not ends_in_time:
             plan.extra -= n  # it still runs at the planned start: it uses spare GPUs
     return _decisions(snapshot, queue, cycle)
 
 
 def _end(started_at: float, time_limit_s: float | None) -> float:
     return math.inf if time_limit_s is None else started_at + time_limit_s
+
+
+def _running_ends(
+    snapshot: Snapshot, started: list[tuple[Key, float, int]]
+) -> dict[Key, list[tuple[float, int]]]:
+    """(expected end, GPUs) of every running job per placement, plus those started now."""
+    ends: dict[Key, list[tuple[float, int]]] = {}
+    inf = math.inf
+    for r in snapshot.running:
+        key = (r.node, r.tier)
+        item = (inf if r.time_limit_s is None else r.started_at + r.time_limit_s, r.num_gpus)
+        bucket = ends.get(key)
+        if bucket is None:
+            ends[key] = [item]
+        else:
+            bucket.append(item)
+    for key, end, n in started:
+        ends.setdefault(key, []).append((end, n))
+    return ends
 
 
 def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]]) -> _Plan | None:
