@@ -11,13 +11,30 @@ SQLite and the local executor. Variables:
 - JPUSHARE_ROUTER_URL: the LLM backfill router; unset = no router
 - JPUSHARE_HOST / JPUSHARE_PORT: where the API listens; default 127.0.0.1 / 8000
 - JPUSHARE_CLUSTER: a cluster file (simulator format) declaring GPUs for the local executor
+
+For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
+
+- JPUSHARE_SLURM_LOG_DIR: where job output goes (`<prefix>-<job>-<attempt>.out`); must be
+  readable by the service and writable from every compute node (a shared file system);
+  default <state dir>/slurm-logs
+- JPUSHARE_SLURM_GPU_TYPES: GRES type -> tier name where they differ, `gres=tier,...`
+  (`geforce_rtx_4090=rtx4090,a100=a100`); default empty: a GRES type is its tier's name
+- JPUSHARE_SLURM_SBATCH_ARGS: extra sbatch options for every job, split like a shell
+  (`--account=lab --mem-per-gpu=16G`); default none
+- JPUSHARE_SLURM_PREFIX: first word of JPU-Share's Slurm job names (`jps-<job>-<attempt>`),
+  one per installation sharing a cluster; default jps
+
+The tier -> partition mapping is not a setting: it is each tier's `partition` in the
+database (`jpushare init --cluster FILE` reads it from the cluster file's tiers).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -35,6 +52,46 @@ class Settings:
     host: str
     port: int
     cluster_file: Path | None
+    slurm_log_dir: Path | None = None  # None: <state dir>/slurm-logs
+    slurm_gpu_types: Mapping[str, str] = field(default_factory=dict)  # GRES type -> tier
+    slurm_sbatch_args: tuple[str, ...] = ()
+    slurm_prefix: str = "jps"
+
+    @property
+    def slurm_logs(self) -> Path:
+        """Where the Slurm executor writes job output."""
+        return self.slurm_log_dir or self.state_dir / "slurm-logs"
+
+
+# A Slurm job name and a log file name are built from the prefix: keep it plain.
+_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
+_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
+
+
+def parse_gpu_types(text: str) -> dict[str, str]:
+    """`gres=tier,gres=tier` -> {GRES type: tier name}; ConfigError names the bad part."""
+    out: dict[str, str] = {}
+    tiers: dict[str, str] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        gres, sep, tier = (x.strip() for x in part.partition("="))
+        if not sep or not _NAME.fullmatch(gres) or not _NAME.fullmatch(tier):
+            raise ConfigError(
+                f"JPUSHARE_SLURM_GPU_TYPES: {part!r} is not GRES_TYPE=TIER "
+                "(e.g. geforce_rtx_4090=rtx4090,a100=a100)"
+            )
+        if gres in out:
+            raise ConfigError(f"JPUSHARE_SLURM_GPU_TYPES: GRES type {gres!r} is mapped twice")
+        if tier in tiers:
+            raise ConfigError(
+                f"JPUSHARE_SLURM_GPU_TYPES: tier {tier!r} is mapped from two GRES types "
+                f"({tiers[tier]!r} and {gres!r}); a tier is one GPU model"
+            )
+        out[gres] = tier
+        tiers[tier] = gres
+    return out
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -53,6 +110,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if cycle_s <= 0:
         raise ConfigError("JPUSHARE_CYCLE_S must be positive")
     cluster = e.get("JPUSHARE_CLUSTER")
+    log_dir = e.get("JPUSHARE_SLURM_LOG_DIR", "").strip()
+    try:
+        sbatch_args = tuple(shlex.split(e.get("JPUSHARE_SLURM_SBATCH_ARGS", "")))
+    except ValueError as exc:
+        raise ConfigError(f"JPUSHARE_SLURM_SBATCH_ARGS: {exc}") from exc
+    prefix = e.get("JPUSHARE_SLURM_PREFIX", "").strip() or "jps"
+    if not _PREFIX.fullmatch(prefix):
+        raise ConfigError(
+            f"JPUSHARE_SLURM_PREFIX must be a letter then up to 31 letters, digits or _, "
+            f"not {prefix!r}"
+        )
     return Settings(
         database_url=url,
         state_dir=state_dir,
@@ -62,4 +130,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         host=e.get("JPUSHARE_HOST", "127.0.0.1"),
         port=port,
         cluster_file=Path(cluster) if cluster else None,
+        slurm_log_dir=Path(log_dir) if log_dir else None,
+        slurm_gpu_types=parse_gpu_types(e.get("JPUSHARE_SLURM_GPU_TYPES", "")),
+        slurm_sbatch_args=sbatch_args,
+        slurm_prefix=prefix,
     )

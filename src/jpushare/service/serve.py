@@ -10,14 +10,16 @@ service start finds them again (the executor keeps their state outside the proce
 The executor (`JPUSHARE_EXECUTOR`):
 - `local`: GPUs from NVML / nvidia-smi, else declared by the cluster file
   (`JPUSHARE_CLUSTER`, or the demo's), else by the inventory already in the database;
-- `slurm`: `SlurmExecutor` writing job output to `JPUSHARE_SLURM_LOG_DIR` (default
-  `<state dir>/slurm-logs`; it must be on a file system the compute nodes share).
+- `slurm`: `SlurmExecutor` with the `JPUSHARE_SLURM_*` settings (`jpushare.config`): job
+  output in `JPUSHARE_SLURM_LOG_DIR` (default `<state dir>/slurm-logs`; it must be on a
+  file system the compute nodes share), GRES type -> tier names, extra sbatch options, the
+  job name prefix. The dispatcher's observe step gets the same GRES -> tier mapping, so the
+  inventory, the busy GPUs and every sbatch speak of the same tiers.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from dataclasses import dataclass, replace
@@ -39,8 +41,6 @@ from jpushare.store.observations import load_observed_busy
 
 log = logging.getLogger(__name__)
 
-SLURM_LOG_DIR_ENV = "JPUSHARE_SLURM_LOG_DIR"
-
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
@@ -56,8 +56,12 @@ def build_executor(
     if settings.executor == "slurm":
         from jpushare.executors.slurm import SlurmExecutor
 
-        log_dir = os.environ.get(SLURM_LOG_DIR_ENV) or str(settings.state_dir / "slurm-logs")
-        return SlurmExecutor(log_dir)
+        return SlurmExecutor(
+            settings.slurm_logs,
+            gpu_type_to_tier=settings.slurm_gpu_types,
+            name_prefix=settings.slurm_prefix,
+            sbatch_args=settings.slurm_sbatch_args,
+        )
     from jpushare.executors.local import LocalExecutor
 
     declared: list[tuple[str, str, int]]
@@ -73,6 +77,11 @@ def build_executor(
             "no inventory in the database (run `jpushare init --cluster FILE`)"
         )
     return executor
+
+
+def gpu_type_to_tier(settings: Settings) -> dict[str, str]:
+    """The executor's GPU type -> tier name mapping the dispatcher must use (Slurm only)."""
+    return dict(settings.slurm_gpu_types) if settings.executor == "slurm" else {}
 
 
 def _cluster_spec(settings: Settings, demo: bool) -> ClusterSpec | None:
@@ -134,7 +143,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     thread: threading.Thread | None = None
     lock = lock_for(settings.database_url)
     if options.dispatcher:
-        deps = CycleDeps(sessions, executor, router)
+        deps = CycleDeps(sessions, executor, router, gpu_type_to_tier=gpu_type_to_tier(settings))
         dispatcher = Dispatcher(deps, lock, cycle_s=settings.cycle_s, on_cycle=on_cycle)
         thread = threading.Thread(
             target=dispatcher.run_forever, args=(stop,), name="dispatcher", daemon=True
