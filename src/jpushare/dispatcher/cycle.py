@@ -1,6 +1,8 @@
 """One dispatcher cycle (SPEC §3, §5), as numbered steps with their transactions:
 
-1. observe: read the executor (inventory, runs; no transaction open), then in ONE
+1. observe: read the executor (inventory, runs; no transaction open; for a started job
+   whose run the executor no longer lists, ask it what became of the run if it can say:
+   `resolve_lost_runs`), then in ONE
    transaction sync the inventory and node states, apply every run transition with its
    charge (RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
    TIMEOUT end the job and charge its lab; OOM requeues with escalation; NODE_FAIL
@@ -52,6 +54,7 @@ from jpushare.executors.base import (
     Executor,
     GpuGroup,
     LaunchSpec,
+    ResolvesLostRuns,
     RunInfo,
     RunState,
     SubmitRefused,
@@ -196,6 +199,7 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
     try:
         inventory = deps.executor.inventory()
         runs = deps.executor.runs()
+        runs = runs + resolve_lost_runs(deps, runs)
     except Exception as exc:  # any backend failure: do not decide blind
         log.error("executor unreachable, cycle skipped: %s", exc)
         return CycleReport(at, time.perf_counter() - t0, None, error=f"executor: {exc}")
@@ -243,6 +247,43 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
 
 
 # --- 1. observe ------------------------------------------------------------------------
+
+
+def resolve_lost_runs(deps: CycleDeps, runs: list[RunInfo]) -> list[RunInfo]:
+    """What became of the runs of started jobs that `runs` does not list (executors that
+    can tell: `ResolvesLostRuns`; others' missing runs stay a node failure / a resubmit).
+
+    A Slurm job that ended while the dispatcher was down for longer than `MinJobAge` is
+    gone from squeue. Requeueing it as a node failure could run a completed job twice;
+    the executor answers from its accounting, or with FAILED "outcome unknown". Only jobs
+    with a recorded executor id are asked about: one DISPATCHED without an id crashed
+    between its record and its sbatch's confirmation and is submitted again (idempotent
+    by job name, unless it also ended more than `MinJobAge` ago: not covered).
+    """
+    executor = deps.executor
+    if not isinstance(executor, ResolvesLostRuns):
+        return []
+    known = {(r.job_id, r.attempt) for r in runs}
+    with deps.sessions() as session:
+        lost = [
+            row
+            for row in active_jobs(session)
+            if row.executor_id is not None and (str(row.job_id), row.attempt) not in known
+        ]
+    out: list[RunInfo] = []
+    for row in lost:
+        assert row.executor_id is not None
+        info = executor.lost_run(str(row.job_id), row.attempt, row.executor_id)
+        log.warning(
+            "job %d attempt %d: its run %s is gone from the executor's list; it reports %s: %s",
+            row.job_id,
+            row.attempt,
+            row.executor_id,
+            info.state.value,
+            info.reason,
+        )
+        out.append(info)
+    return out
 
 
 def observe(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class NodeState(StrEnum):
@@ -116,4 +116,17 @@ class Executor(Protocol):
 
     def log(self, job_id: str, attempt: int) -> str:
         """The run's output so far ('' if none)."""
+        ...
+
+
+@runtime_checkable
+class ResolvesLostRuns(Protocol):
+    """An executor that forgets ended runs after a while (Slurm: `MinJobAge`) and can say
+    what became of one it no longer lists. The dispatcher asks it about every job it
+    recorded as started whose run `runs()` does not show, instead of assuming the node
+    failed (a requeue that could run a finished job twice)."""
+
+    def lost_run(self, job_id: str, attempt: int, executor_id: str) -> RunInfo:
+        """The run's end as the backend's records tell it; FAILED with a reason saying its
+        outcome is unknown when they do not. `ended_at` None: it ended before now."""
         ...

@@ -17,7 +17,12 @@ How a run maps onto Slurm:
   JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME, JPUSHARE_NODE, as the local executor;
 - GRES types <-> tiers: `gpu_type_to_tier` (GRES type -> tier name, the dispatcher's
   mapping); a type that is not in it is its own tier name. `inventory` reports GRES types
-  as Slurm names them; `submit` accepts a tier name or a GRES type in `spec.gpu_type`.
+  as Slurm names them; `submit` accepts a tier name or a GRES type in `spec.gpu_type`;
+- a run squeue has forgotten (it ended more than `MinJobAge` ago, e.g. while the service
+  was down): `lost_run` asks `sacct`; where accounting is disabled (no slurmdbd: sacct
+  exits 1 "Slurm accounting storage is disabled") or has no record, the run is reported
+  FAILED with "its outcome is unknown" — never as a node failure, whose requeue could run
+  a job that may have completed a second time.
 """
 
 from __future__ import annotations
@@ -41,11 +46,13 @@ from jpushare.executors.base import (
 )
 from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
 from jpushare.executors.slurm_parse import (
+    SACCT_FORMAT,
     SINFO_FORMAT,
     SQUEUE_FORMAT,
     SlurmJob,
     find_host_oom,
     parse_run_name,
+    parse_sacct,
     parse_sbatch,
     parse_sinfo,
     parse_squeue,
@@ -100,6 +107,7 @@ class SlurmCommands:
     squeue: str = "squeue"
     sinfo: str = "sinfo"
     scancel: str = "scancel"
+    sacct: str = "sacct"
 
 
 # sbatch failures that say nothing about the job itself: the controller did not answer.
@@ -314,7 +322,54 @@ class SlurmExecutor:
         except FileNotFoundError:
             return ""
 
+    def lost_run(self, job_id: str, attempt: int, executor_id: str) -> RunInfo:
+        """What became of Slurm job `executor_id`, which squeue no longer shows.
+
+        sacct's record if accounting has one (same id and job name: ids restart when a
+        controller's state is wiped); else a FAILED run whose outcome is unknown, ended
+        now. Raises SlurmError only when sacct did not answer (timeout): the dispatcher
+        asks again next cycle.
+        """
+        name = run_name(self.name_prefix, job_id, attempt)
+        argv = [self.commands.sacct, "-j", executor_id, "-n", "-P", "-X", "-o", SACCT_FORMAT]
+        try:
+            result = self._run(argv)
+        except SlurmError as exc:
+            if not isinstance(exc.__cause__, OSError):
+                raise
+            result = CommandResult(127, "", str(exc))  # no sacct here: as good as disabled
+        if result.returncode != 0:
+            why = result.stderr.strip() or result.stdout.strip() or f"rc {result.returncode}"
+            return self._unknown(
+                job_id,
+                attempt,
+                executor_id,
+                f"Slurm no longer knows job {executor_id} and accounting is unavailable "
+                f"(sacct: {why}); its outcome is unknown, so it is not run again",
+            )
+        for job in parse_sacct(result.stdout, UTC):
+            if job.slurm_id == executor_id and job.name == name:
+                return self._run_info(job, job_id, attempt)
+        return self._unknown(
+            job_id,
+            attempt,
+            executor_id,
+            f"Slurm no longer knows job {executor_id} and its accounting has no record of "
+            f"{name}; its outcome is unknown, so it is not run again",
+        )
+
     # ------------------------------------------------------------------ internals
+
+    @staticmethod
+    def _unknown(job_id: str, attempt: int, executor_id: str, reason: str) -> RunInfo:
+        """A run that is gone without a trace: FAILED, ended when we noticed."""
+        return RunInfo(
+            job_id=job_id,
+            attempt=attempt,
+            executor_id=executor_id,
+            state=RunState.FAILED,
+            reason=reason,
+        )
 
     def _find_job(self, name: str) -> SlurmJob | None:
         """The newest Slurm job with this exact name that sbatch did not refuse."""

@@ -619,6 +619,48 @@ def run_state(slurm_state: str) -> RunState:
     return _RUN_STATES.get(_job_state_word(slurm_state), RunState.FAILED)
 
 
+# ------------------------------------------------------------------------- sacct
+
+#: `sacct -j ID -n -P -X -o SACCT_FORMAT`: the accounting record of a job squeue has
+#: forgotten (MinJobAge). `-P`: fields joined by "|", no padding; `-X`: the allocation only,
+#: not its steps (`12.batch`, `12.extern`). The name goes last: it may hold a "|".
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "Start", "End", "NodeList", "JobName")
+SACCT_FORMAT = ",".join(SACCT_FIELDS)
+
+
+def parse_sacct(text: str, tz: tzinfo) -> list[SlurmJob]:
+    """`sacct -n -P -o SACCT_FORMAT` -> jobs (allocations; step rows `ID.step` are skipped).
+
+    State is Slurm's word (`CANCELLED by 0` -> CANCELLED); ExitCode is `code:signal` as
+    scontrol prints it; times are printed in zone `tz` (`Unknown` / `None` -> None).
+    """
+    jobs: list[SlurmJob] = []
+    n = len(SACCT_FIELDS)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|", n - 1)
+        if len(fields) != n:
+            continue
+        sid, state, exit_code, start, end, node_list, name = fields
+        sid = sid.strip()
+        nodes = _text(node_list)
+        if not re.fullmatch(r"\d+", sid):  # `12.batch`, `12.extern`, `12_3` (arrays): not ours
+            continue
+        jobs.append(
+            SlurmJob(
+                slurm_id=sid,
+                name=name.strip(),
+                state=_job_state_word(state),
+                nodes=None if nodes == "None assigned" else nodes,
+                started_at=parse_time(start, tz),
+                ended_at=parse_time(end, tz),
+                exit=parse_exit_code(exit_code),
+            )
+        )
+    return jobs
+
+
 # What Slurm writes into a job's output when it kills the job for host memory: without
 # cgroups (`JobAcctGatherParams=OverMemoryKill`) the job ends FAILED, not OUT_OF_MEMORY,
 # and only this line tells (RECIPE.md §0); with cgroups slurmstepd reports the oom-kill.
