@@ -82,9 +82,18 @@ async def get_session(context: ContextDep) -> AsyncIterator[Session]:
         try:
             yield session
         except BaseException:
-            await run_in_threadpool(_end, session, False)
+            await _finish(session, False)
             raise
-        await run_in_threadpool(_end, session, True)
+        await _finish(session, True)
+
+
+async def _finish(session: Session, commit: bool) -> None:
+    """End the request's session: in the thread pool if a transaction is still open (a
+    handler may have committed already: then closing does no I/O and stays here)."""
+    if session.in_transaction():
+        await run_in_threadpool(_end, session, commit)
+    else:
+        session.close()
 
 
 def _end(session: Session, commit: bool) -> None:

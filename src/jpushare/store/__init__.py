@@ -60,12 +60,14 @@ from jpushare.store.inventory import (
 )
 from jpushare.store.jobs import (
     JobFilter,
+    Submission,
     get_job,
     get_jobs,
     job_history,
     list_jobs,
     parse_job_id,
     policy_job_id,
+    submit,
     submit_job,
 )
 from jpushare.store.lifecycle import (
@@ -118,6 +120,7 @@ __all__ = [
     "Recorded",
     "Role",
     "StoreError",
+    "Submission",
     "SyncReport",
     "TierRecord",
     "TokenRecord",
@@ -166,6 +169,7 @@ __all__ = [
     "set_node_gpus",
     "set_node_state",
     "sqlite_url",
+    "submit",
     "submit_job",
     "sync_inventory",
     "to_epoch",

@@ -10,7 +10,7 @@ import hashlib
 import secrets
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -136,19 +136,32 @@ def issue_token(session: Session, user_id: int, now: datetime, label: str = "") 
     return IssuedToken(_token_record(token), secret)
 
 
+# The token's user and lab in one prepared statement (Core, no ORM objects): every API
+# request runs it.
+_AUTHENTICATE = (
+    select(User.id, User.name, User.lab_id, Lab.name, User.role, User.created_at)
+    .join(ApiToken, ApiToken.user_id == User.id)
+    .join(Lab, Lab.id == User.lab_id)
+    .where(ApiToken.token_hash == bindparam("token_hash"), ApiToken.revoked_at.is_(None))
+)
+
+
 def authenticate(session: Session, secret: str) -> UserRecord | None:
-    """The user a bearer secret belongs to, or None (unknown, revoked or malformed)."""
+    """The user a bearer secret belongs to, or None (unknown, revoked or malformed).
+
+    No cache: a revoked token is refused by the next request, in every process.
+    """
     if not secret.startswith(TOKEN_PREFIX):
         return None
-    row = session.execute(
-        select(User, Lab.name)
-        .join(ApiToken, ApiToken.user_id == User.id)
-        .join(Lab, Lab.id == User.lab_id)
-        .where(ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None))
-    ).one_or_none()
+    session.flush()  # a Core statement below: make pending ORM changes visible first
+    row = (
+        session.connection()
+        .execute(_AUTHENTICATE, {"token_hash": hash_token(secret)})
+        .one_or_none()
+    )
     if row is None:
         return None
-    return _user_record(row[0], row[1])
+    return UserRecord(*row)
 
 
 def revoke_token(session: Session, token_id: int, now: datetime) -> bool:

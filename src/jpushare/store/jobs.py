@@ -11,15 +11,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, func, insert, select, true
 from sqlalchemy.orm import Session, aliased
 
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
+from jpushare.policy.model import Placement, Tier
 from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound
-from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.records import JobEventRecord, JobRecord
-from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab, User
-from jpushare.store.transitions import add_events, event_row
+from jpushare.store.schema import (
+    EventKind,
+    GpuResource,
+    GpuTier,
+    Job,
+    JobEvent,
+    JobState,
+    Lab,
+    Node,
+    User,
+)
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
@@ -96,6 +105,137 @@ def get_job(session: Session, job_id: int) -> JobRecord:
     return _record(row)
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A submitted job, and the tier names its answer shows (sort order -> tier name, the
+    same map as the API's `tier_names_by_sort_order`), read in the same statement."""
+
+    job: JobRecord
+    tier_names_by_sort_order: dict[int, str]
+
+
+# What the SPEC §2 check and the new job's record need, in one statement: the user's lab
+# and names, every tier, and every placement's capacity (schedulable GPUs per node and
+# tier, as `inventory.placements` counts them). One row per (tier, placement); a tier
+# without placements once, with NULL node; one row with NULL tier when there is no tier;
+# no row when there is no such user.
+_capacity = (
+    select(GpuResource.node_name, GpuResource.tier_id, func.count().label("capacity"))
+    .join(Node, Node.name == GpuResource.node_name)
+    .where(GpuResource.schedulable.is_(True))
+    .group_by(GpuResource.node_name, GpuResource.tier_id)
+    .subquery("capacity")
+)
+_SUBMIT_INPUTS = (
+    select(
+        User.lab_id,
+        User.name,
+        Lab.name,
+        GpuTier.name,
+        GpuTier.tflops,
+        GpuTier.sort_order,
+        GpuTier.max_gpus,
+        GpuTier.auto_assign,
+        GpuTier.partition,
+        _capacity.c.node_name,
+        _capacity.c.capacity,
+    )
+    .select_from(User)
+    .join(Lab, Lab.id == User.lab_id)
+    .outerjoin(GpuTier, true())
+    .outerjoin(_capacity, _capacity.c.tier_id == GpuTier.id)
+    .where(User.id == bindparam("user_id"))
+)
+
+_JOB_COLUMNS = tuple(Job.__table__.c)
+_NEW_JOB_VALUES = {
+    name: bindparam(name)
+    for name in (
+        "name",
+        "command",
+        "user_id",
+        "lab_id",
+        "num_gpus",
+        "minimum_tier_sort_order",
+        "time_limit_s",
+        "state",
+        "submitted_at",
+        "queue_entered_at",
+        "attempts",
+        "run_cost",
+        "charged_tflop_s",
+        "reserved_gpus",
+        "reservation_gpu_seconds",
+    )
+}
+_INSERT_JOB = insert(Job).values(_NEW_JOB_VALUES).returning(*_JOB_COLUMNS)
+_INSERT_EVENT = insert(JobEvent).values(
+    job_id=bindparam("job_id"),
+    at=bindparam("event_at"),
+    kind=bindparam("event_kind"),
+    to_state=bindparam("event_to_state"),
+    detail=bindparam("event_detail"),
+)
+
+
+def _insert_job_and_event() -> Select[Any]:
+    """PostgreSQL: the job and its `submitted` event in one round trip (a data-modifying
+    CTE); the job's row comes back."""
+    new_job = _INSERT_JOB.cte("new_job")
+    event_values = select(
+        new_job.c.id,
+        bindparam("event_at", type_=JobEvent.__table__.c.at.type),
+        bindparam("event_kind", type_=JobEvent.__table__.c.kind.type),
+        bindparam("event_to_state", type_=JobEvent.__table__.c.to_state.type),
+        bindparam("event_detail", type_=JobEvent.__table__.c.detail.type),
+    )
+    new_event = (
+        insert(JobEvent)
+        .from_select(["job_id", "at", "kind", "to_state", "detail"], event_values)
+        .cte("new_event")
+    )
+    return select(*(new_job.c[c.name] for c in _JOB_COLUMNS)).add_cte(new_event)
+
+
+_INSERT_JOB_AND_EVENT = _insert_job_and_event()
+
+
+def _new_job_record(row: Any, user_name: str, lab_name: str) -> JobRecord:
+    m = row._mapping
+    return JobRecord(
+        id=m["id"],
+        name=m["name"],
+        command=m["command"],
+        user_id=m["user_id"],
+        user_name=user_name,
+        lab_id=m["lab_id"],
+        lab_name=lab_name,
+        num_gpus=m["num_gpus"],
+        minimum_tier_sort_order=m["minimum_tier_sort_order"],
+        time_limit_s=m["time_limit_s"],
+        state=m["state"],
+        submitted_at=m["submitted_at"],
+        queue_entered_at=m["queue_entered_at"],
+        dispatched_at=m["dispatched_at"],
+        started_at=m["started_at"],
+        ended_at=m["ended_at"],
+        node_name=m["node_name"],
+        tier_name=None,  # a new job has no placement and no reservation
+        executor_id=m["executor_id"],
+        attempts=m["attempts"],
+        exit_code=m["exit_code"],
+        reason=m["reason"],
+        run_cost=m["run_cost"],
+        reservation_gpu_seconds=m["reservation_gpu_seconds"],
+        charged_tflop_s=m["charged_tflop_s"],
+        reserved_gpus=m["reserved_gpus"],
+        reserved_node_name=m["reserved_node_name"],
+        reserved_tier_name=None,
+        reservation_since=m["reservation_since"],
+        reservation_last_accrued_at=m["reservation_last_accrued_at"],
+    )
+
+
 def submit_job(
     session: Session,
     *,
@@ -113,18 +253,63 @@ def submit_job(
     (no such user) or NoFitPlacement (no placement can ever hold it; nothing is stored).
     The fit check reads the inventory in the same transaction as the insert.
     """
+    return submit(
+        session,
+        user_id=user_id,
+        name=name,
+        command=command,
+        num_gpus=num_gpus,
+        now=now,
+        min_tier=min_tier,
+        time_limit_s=time_limit_s,
+    ).job
+
+
+def submit(
+    session: Session,
+    *,
+    user_id: int,
+    name: str,
+    command: str,
+    num_gpus: int,
+    now: datetime,
+    min_tier: str | None = None,
+    time_limit_s: float | None = None,
+) -> Submission:
+    """`submit_job`, also returning the tier names the job's public form needs.
+
+    Statements: one read (user, tiers, placement capacities), then on PostgreSQL one
+    INSERT of the job and its `submitted` event together, on SQLite two INSERTs.
+    """
     if not MIN_GPUS <= num_gpus <= MAX_GPUS:
         raise InvalidRequest(f"num_gpus must be {MIN_GPUS}-{MAX_GPUS}, got {num_gpus}")
     if not command.strip():
         raise InvalidRequest("a job needs a command")
     if time_limit_s is not None and time_limit_s <= 0:
         raise InvalidRequest(f"time_limit_s must be positive, got {time_limit_s}")
-    user = session.get(User, user_id)
-    if user is None:
+    session.flush()  # Core statements below: make pending ORM changes visible first
+    connection = session.connection()
+    rows = connection.execute(_SUBMIT_INPUTS, {"user_id": user_id}).all()
+    if not rows:
         raise NotFound("user", user_id)
-    tiers = policy_tiers(session)
+    lab_id, user_name, lab_name = rows[0][0], rows[0][1], rows[0][2]
+    by_name: dict[str, Tier] = {}
+    capacities: list[Placement] = []
+    for row in rows:
+        tier_name = row[3]
+        if tier_name is None:
+            continue
+        if tier_name not in by_name:
+            by_name[tier_name] = Tier(tier_name, row[4], row[5], row[6], row[7], row[8])
+        if row[9] is not None:
+            capacities.append(Placement(row[9], tier_name, row[10]))
+    # The order `policy_tiers` gives (strongest first, then by name): check_fit's choice
+    # among tiers of equal sort order depends on it.
+    tiers = sorted(by_name.values(), key=lambda t: (-t.sort_order, t.name))
+    tier_names: dict[int, str] = {}
+    for t in sorted(tiers, key=lambda t: t.name):
+        tier_names.setdefault(t.sort_order, t.name)
     if min_tier is not None:
-        by_name = {t.name: t for t in tiers}
         if min_tier not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
             raise InvalidRequest(f"unknown tier {min_tier!r} (tiers: {known})")
@@ -134,48 +319,41 @@ def submit_job(
             min_sort_order = default_min_sort_order(tiers)
         except ValueError:  # no auto-assign tier: check_fit below says nothing fits
             min_sort_order = 0
-    report = check_fit(num_gpus, min_sort_order, tiers, placements(session))
+    report = check_fit(num_gpus, min_sort_order, tiers, capacities)
     if not report.ok:
         raise NoFitPlacement(report)
-    job = Job(
-        name=name.strip() or command.strip().split()[0][:200],
-        command=command,
-        user_id=user.id,
-        lab_id=user.lab_id,
-        num_gpus=num_gpus,
-        minimum_tier_sort_order=min_sort_order,
-        time_limit_s=time_limit_s,
-        state=JobState.GLOBAL_QUEUE_WAIT.value,
-        submitted_at=now,
-        queue_entered_at=now,
-        attempts=0,
-        run_cost=0.0,
-        charged_tflop_s=0.0,
-        reserved_gpus=0,
-        reservation_gpu_seconds=0.0,
-    )
-    session.add(job)
-    session.flush()
-    detail = {
+    params: dict[str, Any] = {
+        "name": name.strip() or command.strip().split()[0][:200],
+        "command": command,
+        "user_id": user_id,
+        "lab_id": lab_id,
         "num_gpus": num_gpus,
-        "min_tier": report.min_tier,
         "minimum_tier_sort_order": min_sort_order,
-        "fit_placements": report.fit_count,
+        "time_limit_s": time_limit_s,
+        "state": JobState.GLOBAL_QUEUE_WAIT.value,
+        "submitted_at": now,
+        "queue_entered_at": now,
+        "attempts": 0,
+        "run_cost": 0.0,
+        "charged_tflop_s": 0.0,
+        "reserved_gpus": 0,
+        "reservation_gpu_seconds": 0.0,
+        "event_at": now,
+        "event_kind": EventKind.SUBMITTED.value,
+        "event_to_state": JobState.GLOBAL_QUEUE_WAIT.value,
+        "event_detail": {
+            "num_gpus": num_gpus,
+            "min_tier": report.min_tier,
+            "minimum_tier_sort_order": min_sort_order,
+            "fit_placements": report.fit_count,
+        },
     }
-    add_events(
-        session,
-        [
-            event_row(
-                job.id,
-                now,
-                EventKind.SUBMITTED,
-                None,
-                JobState.GLOBAL_QUEUE_WAIT.value,
-                detail,
-            )
-        ],
-    )
-    return get_job(session, job.id)
+    if connection.dialect.name == "postgresql":
+        row = connection.execute(_INSERT_JOB_AND_EVENT, params).one()
+    else:
+        row = connection.execute(_INSERT_JOB, params).one()
+        connection.execute(_INSERT_EVENT, {**params, "job_id": row._mapping["id"]})
+    return Submission(_new_job_record(row, user_name, lab_name), tier_names)
 
 
 @dataclass(frozen=True, slots=True)

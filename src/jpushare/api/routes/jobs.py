@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 
 from jpushare import store
 from jpushare.api import queries
-from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
+from jpushare.api.deps import ApiContext, ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.permissions import require_manage
 from jpushare.api.schemas import (
@@ -25,6 +27,7 @@ from jpushare.api.schemas import (
 )
 from jpushare.api.why import QueueView, history_why, queued_why
 from jpushare.executors.base import Executor
+from jpushare.store.records import UserRecord
 from jpushare.store.schema import JobState
 
 log = logging.getLogger(__name__)
@@ -46,17 +49,25 @@ _JOB_ERRORS: dict[int | str, dict[str, object]] = {
 @router.post(
     "",
     status_code=201,
+    response_model=JobPublic,
     responses={
         **_ERRORS,
         422: {"model": ErrorPublic, "description": "VALIDATION_ERROR or NO_FIT_PLACEMENT"},
     },
 )
-def submit_job(
+async def submit_job(
     body: JobCreate, session: SessionDep, user: CurrentUser, ctx: ContextDep
-) -> JobPublic:
+) -> Response:
     """Queue a job (SPEC §2). 422 NO_FIT_PLACEMENT (nothing stored) when no placement could
     ever hold it; `details.alternatives` says what could be asked instead."""
-    job = store.submit_job(
+    # The hot path: the store work, the commit and the JSON in one trip to the thread pool
+    # (get_session then has nothing left to do in a thread).
+    content = await run_in_threadpool(_submit, session, user, body, ctx)
+    return Response(content, status_code=201, media_type="application/json")
+
+
+def _submit(session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext) -> bytes:
+    done = store.submit(
         session,
         user_id=user.id,
         name=body.name,
@@ -66,7 +77,9 @@ def submit_job(
         min_tier=body.min_tier,
         time_limit_s=body.time_limit_s,
     )
-    return job_public(job, queries.tier_names_by_sort_order(session))
+    content = job_public(done.job, done.tier_names_by_sort_order).model_dump_json()
+    session.commit()  # before the response goes out, as for every other route
+    return content.encode()
 
 
 @router.get("", responses=_ERRORS)
