@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Select, bindparam, func, insert, select, true
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.sql.elements import BindParameter
 
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
 from jpushare.policy.model import Placement, Tier
@@ -148,7 +149,7 @@ _SUBMIT_INPUTS = (
 )
 
 _JOB_COLUMNS = tuple(Job.__table__.c)
-_NEW_JOB_VALUES = {
+_NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
     name: bindparam(name)
     for name in (
         "name",
