@@ -1,0 +1,250 @@
+"""The end-to-end rig on the real (fake-GPU) Slurm cluster: a store, the real dispatcher cycle
+and the real `SlurmExecutor`, with the cluster's state made well-defined per test.
+
+- The cluster is scripts/slurm/start-fake-cluster.sh's; unreachable -> skip, or fail under
+  CI=true (tests/executors/live_slurm.py). Tests that set nodes down need root.
+- The store holds examples/slurm-cluster.yaml (tiers with their partitions, the four
+  nodes); each test opens only the nodes it uses and drains the rest in the store (admin
+  drain), so no job can land elsewhere. Slurm itself is left as it is.
+- Each test has its own Slurm job-name prefix: JPU-Share job ids restart at 1 in every
+  fresh database, and the executor finds runs by name (`<prefix>-<job>-<attempt>`), so a
+  shared prefix would make a test find an earlier test's run. Teardown cancels every job of
+  the prefix (JPU-Share's and the "foreign" ones the test submitted by hand, named
+  `<prefix>f<n>`, which JPU-Share does not parse as its own) and resumes nodes left down.
+- Cycles are run explicitly (`cycle_until`), with bounded polling; blockers wait for flag
+  files in a directory the jobs (run by slurmd) and the test share.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
+from jpushare.executors.slurm import SlurmExecutor
+from jpushare.sim.cluster_file import load_cluster
+from jpushare.store.cluster_setup import load_cluster_spec
+from tests.database import new_database
+from tests.executors.live_slurm import (
+    NODES,
+    cancel_prefixed,
+    require_cluster,
+    resume_all,
+    session_prefix,
+    slurm,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_FILE = REPO / "examples" / "slurm-cluster.yaml"
+TIMEOUT_S = 60.0  # generous: a loaded 2-core CI machine
+TFLOPS = {"rtx3080ti": 34.1, "rtx4090": 82.6, "rtx5090": 104.8}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cluster_up() -> None:
+    require_cluster()
+
+
+def wait_for(done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for: {what}")
+        pause.wait(0.1)
+
+
+def waits_for(flag: Path) -> str:
+    """A command that runs until `flag` exists."""
+    return f"while [ ! -e '{flag}' ]; do sleep 0.1; done"
+
+
+def slurm_names(prefix: str) -> list[str]:
+    """Names of every Slurm job the controller still holds whose name starts with prefix."""
+    out = slurm("squeue", "-h", "-t", "all", "-o", "%j").stdout
+    return sorted(name for name in out.split() if name.startswith(prefix))
+
+
+def slurm_state(job_name: str) -> list[str]:
+    out = slurm("squeue", "-h", "-t", "all", f"--name={job_name}", "-o", "%T").stdout
+    return out.split()
+
+
+@dataclass
+class SlurmRig:
+    """A store with the cluster file, a SlurmExecutor with this test's prefix, a cycle."""
+
+    sessions: sessionmaker[Session]
+    db_url: str
+    users: dict[str, store.UserRecord]
+    executor: SlurmExecutor
+    deps: CycleDeps
+    prefix: str
+    shared: Path
+    foreign: list[str] = field(default_factory=list)
+
+    # --- the store -------------------------------------------------------------------
+
+    def open_only(self, *nodes: str) -> None:
+        """Drain every node but `nodes` in the store (admin drain: R5 for JPU-Share only)."""
+        now = store.utc_now()
+        with self.sessions.begin() as s:
+            for node in NODES:
+                if node in nodes:
+                    store.undrain_node(s, node, now)
+                else:
+                    store.drain_node(s, node, "e2e test: not used", now)
+
+    def submit(self, user: str, num_gpus: int, command: str, *, min_tier: str | None = None) -> int:
+        with self.sessions.begin() as s:
+            job = store.submit_job(
+                s,
+                user_id=self.users[user].id,
+                name=f"{user}-{num_gpus}",
+                command=command,
+                num_gpus=num_gpus,
+                now=store.utc_now(),
+                min_tier=min_tier,
+            )
+        return job.id
+
+    def job(self, job_id: int) -> store.JobRecord:
+        with self.sessions() as s:
+            return store.get_job(s, job_id)
+
+    def events(self, job_id: int) -> list[store.JobEventRecord]:
+        with self.sessions() as s:
+            return store.job_history(s, job_id)
+
+    def kinds(self, job_id: int) -> list[str]:
+        return [e.kind for e in self.events(job_id)]
+
+    def released(self, job_id: int) -> list[str]:
+        return [
+            str(e.detail["reason"])
+            for e in self.events(job_id)
+            if e.kind == "released" and e.detail
+        ]
+
+    def usage(self, lab: str) -> float:
+        with self.sessions() as s:
+            return store.get_lab(s, lab).cumulative_usage
+
+    def state_is(self, job_id: int, *states: str) -> Callable[[], bool]:
+        return lambda: self.job(job_id).state in states
+
+    # --- the dispatcher ----------------------------------------------------------------
+
+    def cycle(self) -> CycleReport:
+        report = run_cycle(self.deps)
+        assert report.observed is not None, report.error
+        return report
+
+    def cycle_until(
+        self, done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S
+    ) -> list[CycleReport]:
+        """Run cycles until `done()`; fail after `timeout_s`."""
+        reports: list[CycleReport] = []
+        deadline = time.monotonic() + timeout_s
+        pause = threading.Event()
+        while True:
+            reports.append(self.cycle())
+            if done():
+                return reports
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout_s} s waiting for: {what}")
+            pause.wait(0.1)
+
+    # --- Slurm by hand -----------------------------------------------------------------
+
+    def flag(self, name: str) -> Path:
+        return self.shared / f"{name}.flag"
+
+    def foreign_job(self, node: str, gres: str, flag: Path) -> str:
+        """sbatch a job outside JPU-Share (not its name format) that holds GPUs until flag.
+
+        `--no-requeue`: a node set down ends it instead of queueing it for later."""
+        name = f"{self.prefix}f{len(self.foreign)}"
+        out = slurm(
+            "sbatch",
+            "--parsable",
+            f"--job-name={name}",
+            f"--nodelist={node}",
+            f"--gres=gpu:{gres}",
+            "--partition=gpu",
+            "--no-requeue",
+            f"--output={self.shared / (name + '.out')}",
+            "--wrap",
+            waits_for(flag),
+        ).stdout.strip()
+        self.foreign.append(name)
+        wait_for(lambda: slurm_state(name) == ["RUNNING"], f"foreign job {name} runs")
+        return out.split(";")[0]
+
+    def run_names(self) -> list[str]:
+        """JPU-Share's Slurm job names of this test (`<prefix>-<job>-<attempt>`)."""
+        return slurm_names(f"{self.prefix}-")
+
+    def run_name(self, job_id: int, attempt: int = 1) -> str:
+        return f"{self.prefix}-{job_id}-{attempt}"
+
+
+def make_rig(backend: str, tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
+    """A rig on a fresh database of `backend`; cleans up the cluster afterwards."""
+    prefix = session_prefix()
+    for url in new_database(backend, tmp_path):
+        store.upgrade(url)
+        engine = store.make_engine(url)
+        sessions = store.make_sessionmaker(engine)
+        now = store.utc_now()
+        with sessions.begin() as s:
+            load_cluster_spec(s, load_cluster(CLUSTER_FILE), now)
+            users = {
+                "alice": store.create_user(s, "alice", "BCG", "student", now),
+                "bob": store.create_user(s, "bob", "KDG", "student", now),
+                "carol": store.create_user(s, "carol", "NLP", "student", now),
+            }
+        executor = SlurmExecutor(shared / "logs", name_prefix=prefix)
+        rig = SlurmRig(
+            sessions, url, users, executor, CycleDeps(sessions, executor), prefix, shared
+        )
+        try:
+            yield rig
+        finally:
+            cancel_prefixed(prefix)
+            if os.geteuid() == 0:
+                resume_all()
+            engine.dispose()
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Path:
+    """A directory the jobs (slurmd, as this user) and the test both use."""
+    path = tmp_path / "shared"
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+@pytest.fixture
+def sqlite_rig(tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
+    yield from make_rig("sqlite", tmp_path, shared)
+
+
+@pytest.fixture
+def postgres_rig(tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
+    yield from make_rig("postgresql", tmp_path, shared)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def rig(request: pytest.FixtureRequest, tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
+    """Both databases (for the cheap scenarios)."""
+    yield from make_rig(request.param, tmp_path, shared)
