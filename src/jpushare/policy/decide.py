@@ -11,7 +11,8 @@ jobs costs a few heap operations per dispatch plus a dictionary lookup per waiti
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual
 from jpushare.policy.fit import MAX_GPUS, fits
@@ -47,6 +48,15 @@ def queue_order(lab_usage: dict[str, float]) -> Callable[[QueuedJob], tuple[floa
         return (lab_usage.get(job.lab, 0.0), job.queue_entered_at, job.job_id)
 
     return key
+
+
+_JOB_ID = attrgetter("job_id")
+
+
+def sort_queue(queue: Sequence[QueuedJob], lab_usage: dict[str, float]) -> list[QueuedJob]:
+    """The queue in `queue_order`. Cheap when it comes nearly in order (timsort), as the
+    simulator passes it; at 10^5 jobs in random order the sort is a third of a cycle."""
+    return sorted(queue, key=queue_order(lab_usage))
 
 
 class _IdleIndex:
@@ -151,8 +161,8 @@ def decide(snapshot: Snapshot) -> Decisions:
     by_key = index.placements
 
     # 1. The queue in fair-share order.
-    queue = sorted(snapshot.queue, key=queue_order(snapshot.lab_usage))
-    order = tuple(j.job_id for j in queue)
+    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
+    order = tuple(map(_JOB_ID, queue))
     top_id = order[0] if order else ""
 
     actions: list[Action] = []
