@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,8 +197,15 @@ class SlurmRig:
         return f"{self.prefix}-{job_id}-{attempt}"
 
 
-def make_rig(backend: str, tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
-    """A rig on a fresh database of `backend`; cleans up the cluster afterwards."""
+def make_rig(
+    backend: str,
+    tmp_path: Path,
+    shared: Path,
+    *,
+    cluster: Path = CLUSTER_FILE,
+    gpu_type_to_tier: Mapping[str, str] | None = None,
+) -> Iterator[SlurmRig]:
+    """A rig on a fresh database of `backend` holding `cluster`; cleans up afterwards."""
     prefix = session_prefix()
     for url in new_database(backend, tmp_path):
         store.upgrade(url)
@@ -206,7 +213,7 @@ def make_rig(backend: str, tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
         sessions = store.make_sessionmaker(engine)
         now = store.utc_now()
         with sessions.begin() as s:
-            load_cluster_spec(s, load_cluster(CLUSTER_FILE), now)
+            load_cluster_spec(s, load_cluster(cluster), now)
             users = {
                 "alice": store.create_user(s, "alice", "BCG", "student", now),
                 "bob": store.create_user(s, "bob", "KDG", "student", now),
