@@ -35,6 +35,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument("--host", help="listen address (default JPUSHARE_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default JPUSHARE_PORT or 8000)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="API worker processes (default 1); the dispatcher runs in the main process",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     serve.set_defaults(func=_serve)
 
@@ -58,10 +64,16 @@ def _serve(args: argparse.Namespace) -> int:
     if args.no_api and args.no_dispatcher:
         print("jpushare serve: --no-api and --no-dispatcher leave nothing to run", file=sys.stderr)
         return 2
+    if args.workers < 1 or (args.workers > 1 and args.no_api):
+        print("jpushare serve: --workers must be at least 1 and needs the API", file=sys.stderr)
+        return 2
     try:
         settings = with_overrides(load_settings(), args.host, args.port)
         options = ServeOptions(
-            api=not args.no_api, dispatcher=not args.no_dispatcher, demo=args.demo
+            api=not args.no_api,
+            dispatcher=not args.no_dispatcher,
+            demo=args.demo,
+            workers=args.workers,
         )
         return run_service(settings, options)
     except (ConfigError, ClusterFileError) as exc:

@@ -47,6 +47,7 @@ class ServeOptions:
     api: bool = True
     dispatcher: bool = True
     demo: bool = False
+    workers: int = 1  # API worker processes (the dispatcher stays in this one)
 
 
 def build_executor(
@@ -150,7 +151,15 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         )
         thread.start()
     try:
-        if options.api:
+        if options.api and options.workers > 1:
+            from jpushare.service.api_workers import run_api_workers
+
+            if banner:
+                print(banner, flush=True)
+            if not run_api_workers(settings, options.workers):
+                log.error("the API could not start on %s:%d", settings.host, settings.port)
+                return 1
+        elif options.api:
             import uvicorn
 
             from jpushare.api.app import create_app

@@ -1,0 +1,71 @@
+"""`jpushare serve --workers N`: the API in N uvicorn worker processes.
+
+The dispatcher stays in the main process (`serve.run_service` starts it as before, on a
+thread); only the API is multiplied. The main process runs migrations and demo setup,
+binds the listening socket, then uvicorn's supervisor starts N worker processes (spawned,
+not forked) that share the socket, restarts a worker that dies, and stops them all on
+SIGINT / SIGTERM. Each worker builds its own app with `create_worker_app`, an import-string
+factory that reads the settings from the environment it inherits (`load_settings()`: the
+same `JPUSHARE_*` variables the main process read) and builds its own engine and executor
+(for cancel and the log endpoint; the local executor keeps its state in files under a
+lock, so several processes may share it). Workers never run a dispatcher; in any case the
+dispatcher lock lets only one process act.
+
+What differs from one process: each worker has its own `ServiceMetrics`, so `/metrics` of a
+worker exports the figures read from the database but not the main process's
+`jpushare_dispatch_cycle_seconds`.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from jpushare.config import Settings
+
+APP_FACTORY = "jpushare.service.api_workers:create_worker_app"
+
+
+def create_worker_app() -> FastAPI:
+    """The app of one worker process, from the environment's settings."""
+    from jpushare import store
+    from jpushare.api.app import create_app
+    from jpushare.config import load_settings
+    from jpushare.service.serve import build_executor
+    from jpushare.sim.cluster_file import load_cluster
+    from jpushare.store.observations import load_observed_busy
+
+    settings = load_settings()
+    sessions = store.make_sessionmaker(store.make_engine(settings.database_url))
+    # Without JPUSHARE_CLUSTER (e.g. --demo) the local executor reads the declared GPUs from
+    # the inventory, which the main process has loaded before starting the workers.
+    cluster = load_cluster(settings.cluster_file) if settings.cluster_file is not None else None
+    executor = build_executor(settings, sessions, cluster)
+    return create_app(sessions, executor=executor, observed_busy=load_observed_busy)
+
+
+def run_api_workers(settings: Settings, workers: int) -> bool:
+    """Serve the API from `workers` processes until SIGINT / SIGTERM (uvicorn's supervisor
+    handles both while it runs). False if it could not start (port taken, app failing)."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        APP_FACTORY,
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        log_level="info",
+        access_log=False,
+    )
+    try:
+        sock = config.bind_socket()
+    except SystemExit:  # uvicorn logged why
+        return False
+    supervisor = Multiprocess(config, sockets=[sock])
+    try:
+        supervisor.run()
+    finally:
+        sock.close()
+    return not any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes)

@@ -1,0 +1,104 @@
+"""`jpushare serve --workers 2`: the API in two worker processes, the dispatcher in the main
+one. A real process on a free port (SQLite, --demo), bounded in time: it answers, it
+queues and dispatches jobs, it has two API workers, and it stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+
+from tests.dispatcher.conftest import wait_for
+from tests.dispatcher.processes import REPO, start_service
+from tests.service.test_serve_demo import free_port, read_env_file
+
+
+def _children(pid: int) -> list[int]:
+    """The ids of the processes whose parent is `pid` (Linux /proc)."""
+    out: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def _is_spawned_worker(pid: int) -> bool:
+    try:
+        return b"multiprocessing.spawn" in (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _workers(pid: int) -> list[int]:
+    return [c for c in _children(pid) if _is_spawned_worker(c)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> None:
+    port = free_port()
+    state = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
+    env.update(JPUSHARE_STATE_DIR=str(state), JPUSHARE_CYCLE_S="0.3")
+    service = start_service(
+        "workers", env, tmp_path, "--demo", "--workers", "2", "--port", str(port), cwd=REPO
+    )
+    base = f"http://127.0.0.1:{port}"
+    tokens = state / "demo-tokens.env"
+
+    def up() -> bool:
+        assert service.proc.poll() is None, service.log()
+        if not tokens.exists():
+            return False
+        try:
+            return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    workers: list[int] = []
+    try:
+        wait_for(up, "the service with two API workers answers /healthz")
+        wait_for(lambda: len(_workers(service.proc.pid)) == 2, "two API worker processes")
+        workers = _workers(service.proc.pid)
+        token = read_env_file(tokens)["JPUSHARE_TOKEN"]
+        headers = {"Authorization": f"Bearer {token}"}
+        # Several connections, so that both workers are likely to take some.
+        ids: list[int] = []
+        for i in range(8):
+            with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
+                r = client.post(
+                    "/v1/jobs", json={"name": f"w{i}", "command": "true", "num_gpus": 1}
+                )
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["id"])
+                assert client.get(f"/v1/jobs/{ids[-1]}").json()["id"] == ids[-1]
+        assert len(set(ids)) == 8
+        # The dispatcher in the main process runs them.
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
+
+            def all_completed() -> bool:
+                states = {client.get(f"/v1/jobs/{j}").json()["state"] for j in ids}
+                return states == {"COMPLETED"}
+
+            wait_for(all_completed, "the dispatcher runs the jobs to completion")
+            too_big = client.post("/v1/jobs", json={"command": "true", "num_gpus": 99})
+            assert too_big.status_code == 422
+    finally:
+        code = service.stop()
+        assert code == 0, service.log()
+    # The supervisor stopped its workers before the main process exited.
+    assert not any(_alive(pid) for pid in workers)
