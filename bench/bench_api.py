@@ -1,15 +1,35 @@
-"""Benchmark of POST /v1/jobs under load: 50 concurrent clients against a real uvicorn server.
+"""Benchmark of POST /v1/jobs from 50 concurrent clients against the real service process.
 
-For each backend (SQLite file, PostgreSQL schema) it builds a fresh database (3 tiers,
-24 nodes x 8 GPUs, 10 labs, one user and token per client), starts the API in a separate
-process (`create_app` served by uvicorn, one worker, no access log) on a free localhost
-port, sends `--warmup` requests it does not count, then `--requests` submissions from
-`--clients` concurrent clients (asyncio + httpx, one connection each) and stops. It prints
-throughput and latency percentiles (milliseconds, client side); it asserts nothing except
-that every request got its 201.
+For each backend (SQLite file, PostgreSQL schema) and each API worker count (`--workers`,
+default 1 and 2) it builds a fresh database (3 tiers, 24 nodes x 8 GPUs, 10 labs, one user
+and token per client) and starts the API as production runs it: `python -m jpushare.service
+serve --no-dispatcher --workers N` on a free localhost port (uvicorn, no access log; the
+dispatcher is left out so that only the API is measured). After `--warmup` uncounted
+requests it runs two tests:
+
+- closed loop (saturation): `--clients` clients, one keep-alive connection each, each
+  sending its next request as soon as the previous answer arrives, `--requests` in all:
+  the throughput the service sustains, and the latencies at that load.
+- open loop (a fixed arrival rate): for each rate R in `--rates`, the same clients, whose
+  requests arrive as independent Poisson processes totalling R req/s (`--arrivals even`:
+  evenly spaced) for `--duration` seconds. Latency is measured from each request's
+  *scheduled* send time, so a request that waits for its client's previous one (or that
+  the server queues) counts its wait: no coordinated omission. A client sends one request
+  at a time on its connection, as a client of this API does. Rates stop after the first
+  one whose p99 exceeds 2 s (saturated; the higher ones would only be worse).
+
+Both tests count only 201 answers (anything else aborts the run) and report p50/p95/p99/max
+latency (client side, ms), the achieved rate, and the CPU time per request of the server
+(all its processes, from /proc) and of the load generator. The load generator is a minimal
+asyncio HTTP/1.1 client (not httpx: it costs about a tenth of the CPU per request), and it
+runs on the same machine: it and the server share the CPUs, which `os.cpu_count()` reports
+in the output. Nothing is asserted: the numbers go in the README. The last lines are a
+markdown table and, per configuration, the highest tested rate whose p99 is under
+`--target-ms` (50).
 
 Run: `.venv/bin/python bench/bench_api.py [--backend sqlite|postgresql|both]
-[--requests 5000] [--clients 50]`; PostgreSQL is `JPUSHARE_TEST_POSTGRES_URL` (default
+[--workers 1,2] [--requests 5000] [--clients 50] [--rates 25,50,100,150,200,300]
+[--duration 15]`; PostgreSQL is `JPUSHARE_TEST_POSTGRES_URL` (default
 postgresql+psycopg://postgres@127.0.0.1:5432/test), in a schema dropped at the end.
 """
 
@@ -17,19 +37,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
@@ -42,6 +64,10 @@ from jpushare.policy import Tier
 TIERS = (Tier("rtx3080ti", 34.1, 10), Tier("rtx4090", 82.6, 20), Tier("rtx5090", 104.8, 30))
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[1]
+SIZES = (1, 1, 1, 1, 2, 4, 8)  # num_gpus of the submitted jobs, drawn uniformly
+REQUEST_TIMEOUT_S = 60.0
+SATURATED_P99_MS = 2000.0
 
 
 def _admin(url: str, sql: str) -> None:
@@ -96,27 +122,41 @@ def free_port() -> int:
         return port
 
 
-def serve(url: str, port: int) -> None:
-    """The server process: the API on `url`, as `jpushare serve` would run it."""
-    import uvicorn
-
-    from jpushare.api import create_app
-
-    engine = store.make_engine(url)
-    app = create_app(store.make_sessionmaker(engine))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+@dataclass(frozen=True, slots=True)
+class Server:
+    base: str
+    host: str
+    port: int
+    pid: int
 
 
 @contextmanager
-def server(url: str) -> Iterator[str]:
+def server(url: str, workers: int, state_dir: Path) -> Iterator[Server]:
+    """`jpushare serve --no-dispatcher --workers N` on `url`, on a free port."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", url, "--port", str(port)],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
+    env.update(
+        JPUSHARE_DATABASE_URL=url,
+        JPUSHARE_STATE_DIR=str(state_dir),
+        PYTHONPATH=str(REPO / "src"),
     )
+    log_path = state_dir / "serve.log"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "jpushare.service", "serve", "--no-dispatcher"),
+                *("--workers", str(workers), "--port", str(port), "--log-level", "WARNING"),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
@@ -124,39 +164,165 @@ def server(url: str) -> Iterator[str]:
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the API server did not start")
+                raise RuntimeError(f"the API server did not start:\n{log_path.read_text()}")
             time.sleep(0.1)
-        yield base
+        yield Server(base, "127.0.0.1", port, proc.pid)
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
-async def load(base: str, tokens: list[str], total: int, seed: int) -> tuple[list[float], float]:
-    """`total` submissions from len(tokens) concurrent clients: latencies (s), wall (s)."""
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its live child processes (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+# --- a minimal HTTP/1.1 client -----------------------------------------------------------
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON to /v1/jobs with a bearer token."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host = host
+        self.port = port
+        self.head = (
+            f"POST /v1/jobs HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        ).encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            await self.writer.wait_closed()
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        assert self.reader is not None and self.writer is not None
+        self.writer.write(self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+
+def job_body(i: int, rng: random.Random) -> bytes:
+    return json.dumps(
+        {"name": f"bench-{i}", "command": "true", "num_gpus": rng.choice(SIZES)}
+    ).encode()
+
+
+async def _connections(srv: Server, tokens: list[str]) -> list[Connection]:
+    conns = [Connection(srv.host, srv.port, t) for t in tokens]
+    await asyncio.gather(*(c.open() for c in conns))
+    return conns
+
+
+def _check(status: int, payload: bytes, i: int) -> None:
+    if status != 201:
+        raise RuntimeError(f"request {i}: HTTP {status} {payload[:200]!r}")
+
+
+async def closed_loop(
+    srv: Server, tokens: list[str], total: int, seed: int
+) -> tuple[list[float], float]:
+    """`total` requests from len(tokens) clients with no think time: latencies (s), wall (s)."""
     rng = random.Random(seed)
-    sizes = [rng.choice([1, 1, 1, 1, 2, 4, 8]) for _ in range(total)]
+    bodies = [job_body(i, rng) for i in range(total)]
     latencies: list[float] = []
     next_index = 0
+    conns = await _connections(srv, tokens)
 
-    async def client(token: str) -> None:
+    async def client(conn: Connection) -> None:
         nonlocal next_index
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as http:
-            while next_index < total:
-                i = next_index
-                next_index += 1
-                body = {"name": f"bench-{i}", "command": "true", "num_gpus": sizes[i]}
-                start = time.perf_counter()
-                r = await http.post("/v1/jobs", json=body, timeout=60)
-                latencies.append(time.perf_counter() - start)
-                if r.status_code != 201:
-                    raise RuntimeError(f"request {i}: HTTP {r.status_code} {r.text[:200]}")
+        while next_index < total:
+            i = next_index
+            next_index += 1
+            start = time.perf_counter()
+            status, payload = await asyncio.wait_for(conn.post(bodies[i]), REQUEST_TIMEOUT_S)
+            latencies.append(time.perf_counter() - start)
+            _check(status, payload, i)
 
     start = time.perf_counter()
-    await asyncio.gather(*(client(t) for t in tokens))
+    try:
+        await asyncio.gather(*(client(c) for c in conns))
+    finally:
+        await asyncio.gather(*(c.close() for c in conns))
     return latencies, time.perf_counter() - start
+
+
+async def open_loop(
+    srv: Server, tokens: list[str], rate: float, duration_s: float, poisson: bool, seed: int
+) -> tuple[list[float], float]:
+    """Arrivals at `rate` req/s in all for `duration_s`, spread over the clients; latency
+    from each request's scheduled time (s); the wall time until the last answer (s)."""
+    rng = random.Random(seed)
+    n_clients = len(tokens)
+    # Every client gets its own arrival times; together they make the total rate.
+    schedules: list[list[float]] = []
+    for c in range(n_clients):
+        per_client = rate / n_clients
+        times: list[float] = []
+        t = rng.expovariate(per_client) if poisson else (c + rng.random()) / rate
+        while t < duration_s:
+            times.append(t)
+            t += rng.expovariate(per_client) if poisson else n_clients / rate
+        schedules.append(times)
+    count = sum(len(s) for s in schedules)
+    bodies = [job_body(i, rng) for i in range(count)]
+    latencies: list[float] = []
+    conns = await _connections(srv, tokens)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + 0.2
+
+    async def client(conn: Connection, times: list[float], first: int) -> None:
+        for k, offset in enumerate(times):
+            scheduled = t0 + offset
+            delay = scheduled - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            status, payload = await asyncio.wait_for(
+                conn.post(bodies[first + k]), REQUEST_TIMEOUT_S
+            )
+            latencies.append(loop.time() - scheduled)
+            _check(status, payload, first + k)
+
+    firsts = [sum(len(s) for s in schedules[:c]) for c in range(n_clients)]
+    try:
+        await asyncio.gather(
+            *(client(conn, s, f) for conn, s, f in zip(conns, schedules, firsts, strict=True))
+        )
+    finally:
+        await asyncio.gather(*(c.close() for c in conns))
+    return latencies, loop.time() - t0
+
+
+# --- reporting -----------------------------------------------------------------------------
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -164,40 +330,149 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def run(backend: str, args: argparse.Namespace) -> None:
-    with database(backend, args.pg_url) as url:
-        tokens = populate(url, args.clients)
-        with server(url) as base:
-            asyncio.run(load(base, tokens, args.warmup, seed=0))
-            latencies, wall = asyncio.run(load(base, tokens, args.requests, seed=1))
+@dataclass(frozen=True, slots=True)
+class Row:
+    backend: str
+    workers: int
+    test: str  # "closed" or "open"
+    offered: float | None  # req/s (open loop)
+    achieved: float
+    count: int
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    server_cpu_ms: float
+    client_cpu_ms: float
+
+
+def measure(
+    backend: str,
+    workers: int,
+    test: str,
+    offered: float | None,
+    srv: Server,
+    run: Coroutine[Any, Any, tuple[list[float], float]],
+) -> Row:
+    cpu0, mine0 = process_tree_cpu_s(srv.pid), time.process_time()
+    latencies, wall = asyncio.run(run)
+    cpu1, mine1 = process_tree_cpu_s(srv.pid), time.process_time()
     ms = sorted(v * 1000 for v in latencies)
+    n = len(ms)
+    row = Row(
+        backend,
+        workers,
+        test,
+        offered,
+        n / wall,
+        n,
+        percentile(ms, 0.50),
+        percentile(ms, 0.95),
+        percentile(ms, 0.99),
+        ms[-1],
+        (cpu1 - cpu0) * 1000 / n,
+        (mine1 - mine0) * 1000 / n,
+    )
+    what = "closed loop" if offered is None else f"open {offered:5.0f} req/s"
     print(
-        f"{backend:<10} {len(ms):>6} req  {args.clients} clients  {wall:6.2f} s  "
-        f"{len(ms) / wall:7.1f} req/s  p50 {percentile(ms, 0.50):6.1f}  "
-        f"p95 {percentile(ms, 0.95):6.1f}  p99 {percentile(ms, 0.99):6.1f}  "
-        f"max {ms[-1]:6.1f} ms  mean {statistics.fmean(ms):6.1f} ms",
+        f"{backend:<10} workers {workers}  {what:<16} {n:>6} req  {row.achieved:7.1f} req/s  "
+        f"p50 {row.p50:7.1f}  p95 {row.p95:7.1f}  p99 {row.p99:7.1f}  max {row.max:7.1f} ms  "
+        f"CPU/req server {row.server_cpu_ms:5.2f} ms, load generator {row.client_cpu_ms:5.2f} ms",
         flush=True,
     )
+    return row
+
+
+def run_config(backend: str, workers: int, args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    with database(backend, args.pg_url) as url, tempfile.TemporaryDirectory() as state:
+        tokens = populate(url, args.clients)
+        with server(url, workers, Path(state)) as srv:
+            asyncio.run(closed_loop(srv, tokens, args.warmup, seed=0))
+            rows.append(
+                measure(
+                    backend,
+                    workers,
+                    "closed",
+                    None,
+                    srv,
+                    closed_loop(srv, tokens, args.requests, seed=1),
+                )
+            )
+            for k, rate in enumerate(args.rates):
+                run = open_loop(srv, tokens, rate, args.duration, args.arrivals == "poisson", 2 + k)
+                row = measure(backend, workers, "open", rate, srv, run)
+                rows.append(row)
+                if row.p99 > SATURATED_P99_MS:
+                    break
+    return rows
+
+
+def markdown(rows: list[Row], target_ms: float, arrivals: str) -> str:
+    out = [
+        "| backend | API workers | load | achieved req/s | p50 ms | p95 ms | p99 ms | max ms "
+        "| server CPU ms/req |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        load = (
+            "closed loop, 50 clients, no think time"
+            if r.offered is None
+            else f"open loop, {r.offered:g} req/s ({arrivals})"
+        )
+        out.append(
+            f"| {r.backend} | {r.workers} | {load} | {r.achieved:.0f} | {r.p50:.1f} | "
+            f"{r.p95:.1f} | {r.p99:.1f} | {r.max:.0f} | {r.server_cpu_ms:.2f} |"
+        )
+    out.append("")
+    configs = sorted({(r.backend, r.workers) for r in rows})
+    for backend, workers in configs:
+        mine = [r for r in rows if (r.backend, r.workers) == (backend, workers)]
+        closed = next(r for r in mine if r.offered is None)
+        ok = [r.offered for r in mine if r.offered is not None and r.p99 < target_ms]
+        below = (
+            f"p99 < {target_ms:g} ms up to {max(ok):g} req/s (highest tested rate where it holds)"
+            if ok
+            else f"p99 < {target_ms:g} ms at none of the tested rates"
+        )
+        out.append(
+            f"- {backend}, {workers} API worker(s): {below}; saturation throughput "
+            f"{closed.achieved:.0f} req/s (closed loop, p99 {closed.p99:.0f} ms)."
+        )
+    return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
-    parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--workers", default="1,2", help="API worker counts, comma-separated")
+    parser.add_argument("--requests", type=int, default=5000, help="closed-loop requests")
+    parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument(
+        "--rates", default="25,50,100,150,200,300", help="open-loop req/s, comma-separated"
+    )
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds per rate")
+    parser.add_argument("--arrivals", choices=["poisson", "even"], default="poisson")
+    parser.add_argument("--target-ms", type=float, default=50.0)
     parser.add_argument(
         "--pg-url", default=os.environ.get("JPUSHARE_TEST_POSTGRES_URL") or DEFAULT_PG
     )
-    parser.add_argument("--serve", metavar="URL", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        serve(args.serve, args.port)
-        return
-    print(f"POST /v1/jobs, {os.cpu_count()} CPUs, one uvicorn worker", flush=True)
+    args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    print(
+        f"POST /v1/jobs, {args.clients} clients; server and load generator share "
+        f"{os.cpu_count()} CPUs; open-loop arrivals: {args.arrivals}, {args.duration:g} s "
+        "per rate",
+        flush=True,
+    )
+    rows: list[Row] = []
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
-        run(backend, args)
+        for workers in worker_counts:
+            rows.extend(run_config(backend, workers, args))
+    print()
+    print(markdown(rows, args.target_ms, args.arrivals))
 
 
 if __name__ == "__main__":
