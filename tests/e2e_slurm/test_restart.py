@@ -124,3 +124,29 @@ def test_a_service_killed_twice_loses_and_doubles_nothing(pg_rig: SlurmRig, tmp_
         assert job.run_cost == pytest.approx((run.ended_at - run.started_at) * 82.6)
         assert rig.usage(lab) == pytest.approx(job.run_cost)
     assert rig.usage("NLP") == 0.0
+
+
+def test_serve_refuses_to_start_where_another_database_ran_jobs_under_its_prefix(
+    sqlite_rig: SlurmRig, tmp_path: Path
+) -> None:
+    # A database wiped and created again: Slurm still shows the old one's job 1 (MinJobAge),
+    # which the new database's job 1 would otherwise adopt without ever running.
+    rig = sqlite_rig
+    old = rig.run_name(1)
+    gres = "--gres=gpu:rtx4090:1"
+    slurm(
+        "sbatch",
+        f"--job-name={old}",
+        "--nodelist=node-a",
+        gres,
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
+    wait_for(lambda: slurm_state(old) == ["COMPLETED"], "the old database's run ends")
+    env = serve_env(rig, tmp_path, JPUSHARE_SLURM_GPU_TYPES="")
+    service = start_service("serve-stranger", env, tmp_path, "--no-api")
+    assert service.wait_exit("serve refuses to start") == 2, service.log()
+    assert f"e.g. {old}" in service.log()
+    assert "JPUSHARE_SLURM_PREFIX" in service.log()

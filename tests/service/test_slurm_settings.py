@@ -1,15 +1,24 @@
-"""The JPUSHARE_SLURM_* settings: parsing, errors, and how `serve` builds the executor and
-the dispatcher's GPU type -> tier mapping from them (no cluster needed)."""
+"""The JPUSHARE_SLURM_* settings: parsing, errors, how `serve` builds the executor and the
+dispatcher's GPU type -> tier mapping from them, and its start-up check that no other
+database's runs carry our job-name prefix (no cluster needed: a scripted squeue)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
+from jpushare import store
 from jpushare.config import ConfigError, load_settings, parse_gpu_types
-from jpushare.executors.slurm import SlurmExecutor
-from jpushare.service.serve import build_executor, gpu_type_to_tier
+from jpushare.executors.base import RunInfo
+from jpushare.executors.slurm import CommandResult, SlurmExecutor
+from jpushare.service.serve import build_executor, check_slurm_prefix, gpu_type_to_tier
+from jpushare.sim.cluster_file import load_cluster
+from jpushare.store.cluster_setup import load_cluster_spec
+from tests.executors.test_slurm_commands import ScriptedSlurm, ok
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_defaults() -> None:
@@ -67,8 +76,12 @@ def test_bad_values_are_refused(env: dict[str, str], message: str) -> None:
 
 
 def test_serve_builds_the_slurm_executor_and_the_same_mapping_for_the_dispatcher(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    def no_runs(self: SlurmExecutor) -> list[RunInfo]:
+        return []
+
+    monkeypatch.setattr(SlurmExecutor, "runs", no_runs)  # the prefix check: nothing there
     s = load_settings(
         {
             "JPUSHARE_STATE_DIR": str(tmp_path),
@@ -87,3 +100,42 @@ def test_serve_builds_the_slurm_executor_and_the_same_mapping_for_the_dispatcher
     assert gpu_type_to_tier(s) == {"geforce_rtx_4090": "rtx4090"}
     local = load_settings({"JPUSHARE_SLURM_GPU_TYPES": "geforce_rtx_4090=rtx4090"})
     assert gpu_type_to_tier(local) == {}  # the local executor names GPUs by tier
+
+
+def squeue_row(slurm_id: int, name: str) -> str:
+    return (
+        f"{slurm_id}|COMPLETED|None|node-a|gpu|2026-11-30T22:55:58|2026-11-30T22:55:58|"
+        f"2026-11-30T22:56:08|0|gres:gpu:rtx4090:1|root|{name}\n"
+    )
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> sessionmaker[Session]:
+    url = store.sqlite_url(tmp_path / "db.sqlite")
+    store.upgrade(url)
+    factory = store.make_sessionmaker(store.make_engine(url))
+    now = store.utc_now()
+    with factory.begin() as s:
+        load_cluster_spec(s, load_cluster(REPO / "examples" / "slurm-cluster.yaml"), now)
+        user = store.create_user(s, "alice", "NLP", "student", now)
+        store.submit_job(s, user_id=user.id, name="one", command="true", num_gpus=1, now=now)
+    return factory
+
+
+def test_a_database_refuses_another_databases_runs_with_its_prefix(
+    tmp_path: Path, sessions: sessionmaker[Session]
+) -> None:
+    # Job 1 is this database's; job 7 is not: a wiped database's run, still in squeue.
+    squeue = ok(squeue_row(40, "jps-1-1") + squeue_row(41, "jps-7-1") + squeue_row(42, "x-9-1"))
+    ex = SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": squeue}))
+    with pytest.raises(ConfigError, match=r"1 job\(s\) named jps-\* .*e\.g\. jps-7-1"):
+        check_slurm_prefix(ex, sessions)
+    ours = SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": ok(squeue_row(40, "jps-1-1"))}))
+    check_slurm_prefix(ours, sessions)  # its own run: fine
+
+
+def test_the_prefix_check_is_skipped_when_slurm_does_not_answer(
+    tmp_path: Path, sessions: sessionmaker[Session]
+) -> None:
+    down = CommandResult(1, "", "slurm_load_jobs error: Unable to contact slurm controller")
+    check_slurm_prefix(SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": down})), sessions)

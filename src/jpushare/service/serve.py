@@ -29,11 +29,12 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.config import Settings
+from jpushare.config import ConfigError, Settings
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport
 from jpushare.dispatcher.lock import lock_for
 from jpushare.dispatcher.loop import Dispatcher
 from jpushare.executors.base import Executor
+from jpushare.executors.slurm import SlurmError, SlurmExecutor
 from jpushare.llm_router import router_for
 from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
@@ -55,14 +56,14 @@ def build_executor(
 ) -> Executor:
     """The executor the settings name (see the module docstring)."""
     if settings.executor == "slurm":
-        from jpushare.executors.slurm import SlurmExecutor
-
-        return SlurmExecutor(
+        slurm = SlurmExecutor(
             settings.slurm_logs,
             gpu_type_to_tier=settings.slurm_gpu_types,
             name_prefix=settings.slurm_prefix,
             sbatch_args=settings.slurm_sbatch_args,
         )
+        check_slurm_prefix(slurm, sessions)
+        return slurm
     from jpushare.executors.local import LocalExecutor
 
     declared: list[tuple[str, str, int]]
@@ -78,6 +79,42 @@ def build_executor(
             "no inventory in the database (run `jpushare init --cluster FILE`)"
         )
     return executor
+
+
+def check_slurm_prefix(executor: SlurmExecutor, sessions: sessionmaker[Session]) -> None:
+    """ConfigError if Slurm holds runs named with our prefix whose job this database lacks.
+
+    Runs are found by name (`<prefix>-<job id>-<attempt>`) and job ids restart at 1 in a new
+    database: after a database is wiped and created again, Slurm still shows the old one's
+    runs for `MinJobAge`, and the new job 1 would adopt the old `jps-1-1` (marked ended
+    without ever running). Jobs are never deleted, so a run whose job id this database does
+    not have was started by another database. If Slurm cannot be asked now, the dispatcher
+    reports that each cycle; this check is skipped.
+    """
+    try:
+        runs = executor.runs()
+    except SlurmError as exc:
+        log.warning("could not list Slurm jobs at start (%s): prefix check skipped", exc)
+        return
+    names = {(run.job_id, run.attempt) for run in runs}
+    ids = [int(job_id) for job_id, _ in names if job_id.isdigit()]
+    if not names:
+        return
+    with sessions() as session:
+        known = {str(job_id) for job_id in store.get_jobs(session, ids)}
+    strangers = sorted(
+        f"{executor.name_prefix}-{job_id}-{attempt}"
+        for job_id, attempt in names
+        if job_id not in known
+    )
+    if strangers:
+        raise ConfigError(
+            f"Slurm still holds {len(strangers)} job(s) named {executor.name_prefix}-* whose "
+            f"JPU-Share job is not in this database (e.g. {strangers[0]}): another database "
+            f"used the prefix {executor.name_prefix!r} (one wiped and created again?), and "
+            "its runs would be taken for this one's. Set JPUSHARE_SLURM_PREFIX to a prefix of "
+            "this database's own, or wait until Slurm forgets them (MinJobAge)."
+        )
 
 
 def gpu_type_to_tier(settings: Settings) -> dict[str, str]:
