@@ -126,7 +126,13 @@ def test_a_database_refuses_another_databases_runs_with_its_prefix(
     tmp_path: Path, sessions: sessionmaker[Session]
 ) -> None:
     # Job 1 is this database's; job 7 is not: a wiped database's run, still in squeue.
-    squeue = ok(squeue_row(40, "jps-1-1") + squeue_row(41, "jps-7-1") + squeue_row(42, "x-9-1"))
+    # `x-9-1` has another prefix; `jps-cap-1` cannot collide (job ids are numbers).
+    squeue = ok(
+        squeue_row(40, "jps-1-1")
+        + squeue_row(41, "jps-7-1")
+        + squeue_row(42, "x-9-1")
+        + squeue_row(43, "jps-cap-1")
+    )
     ex = SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": squeue}))
     with pytest.raises(ConfigError, match=r"1 job\(s\) named jps-\* .*e\.g\. jps-7-1"):
         check_slurm_prefix(ex, sessions)

@@ -96,8 +96,9 @@ def check_slurm_prefix(executor: SlurmExecutor, sessions: sessionmaker[Session])
     except SlurmError as exc:
         log.warning("could not list Slurm jobs at start (%s): prefix check skipped", exc)
         return
-    names = {(run.job_id, run.attempt) for run in runs}
-    ids = [int(job_id) for job_id, _ in names if job_id.isdigit()]
+    # Only numeric ids can collide with this database's jobs (`jps-cap-1` cannot).
+    names = {(run.job_id, run.attempt) for run in runs if run.job_id.isdigit()}
+    ids = [int(job_id) for job_id, _ in names]
     if not names:
         return
     with sessions() as session:
