@@ -18,6 +18,7 @@ import anyio
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
@@ -54,7 +55,13 @@ def get_context(request: Request) -> ApiContext:
     return context
 
 
-ContextDep = Annotated[ApiContext, Depends(get_context)]
+async def _context(request: Request) -> ApiContext:
+    # async: FastAPI would run a plain `def` dependency in the thread pool, a thread hop
+    # per request for a dictionary lookup.
+    return get_context(request)
+
+
+ContextDep = Annotated[ApiContext, Depends(_context)]
 
 
 MAX_DB_SLOTS = 10
@@ -62,8 +69,16 @@ MAX_DB_SLOTS = 10
 
 def db_slots_for(sessions: sessionmaker[Session]) -> int:
     """How many requests may hold a session at once: fewer than the engine's pool holds,
-    leaving room for /healthz, /metrics and a dispatcher sharing the engine."""
+    leaving room for /healthz, /metrics and a dispatcher sharing the engine.
+
+    SQLite: one. Every transaction there takes the write lock at BEGIN (`BEGIN IMMEDIATE`,
+    see `store.engine`), so a second session in the process could only wait for the lock
+    in SQLite's busy handler, which sleeps in growing steps (up to 100 ms) instead of
+    being woken: requests queue on the slot, in order, instead.
+    """
     bind = sessions.kw.get("bind")
+    if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
+        return 1
     pool = getattr(bind, "pool", None)
     if isinstance(pool, QueuePool):
         return max(1, min(MAX_DB_SLOTS, pool.size() + pool._max_overflow - 3))
