@@ -193,6 +193,14 @@ def process_tree_cpu_s(pid: int) -> float:
     return total / tick
 
 
+def machine_busy_cpu_s() -> float:
+    """CPU seconds the whole machine spent busy (all CPUs, every process: the server, the
+    load generator, PostgreSQL and anything else running), from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 # --- a minimal HTTP/1.1 client -----------------------------------------------------------
 
 
@@ -344,6 +352,7 @@ class Row:
     max: float
     server_cpu_ms: float
     client_cpu_ms: float
+    machine_cpu_ms: float
 
 
 def measure(
@@ -354,9 +363,9 @@ def measure(
     srv: Server,
     run: Coroutine[Any, Any, tuple[list[float], float]],
 ) -> Row:
-    cpu0, mine0 = process_tree_cpu_s(srv.pid), time.process_time()
+    cpu0, mine0, all0 = process_tree_cpu_s(srv.pid), time.process_time(), machine_busy_cpu_s()
     latencies, wall = asyncio.run(run)
-    cpu1, mine1 = process_tree_cpu_s(srv.pid), time.process_time()
+    cpu1, mine1, all1 = process_tree_cpu_s(srv.pid), time.process_time(), machine_busy_cpu_s()
     ms = sorted(v * 1000 for v in latencies)
     n = len(ms)
     row = Row(
@@ -372,12 +381,14 @@ def measure(
         ms[-1],
         (cpu1 - cpu0) * 1000 / n,
         (mine1 - mine0) * 1000 / n,
+        (all1 - all0) * 1000 / n,
     )
     what = "closed loop" if offered is None else f"open {offered:5.0f} req/s"
     print(
         f"{backend:<10} workers {workers}  {what:<16} {n:>6} req  {row.achieved:7.1f} req/s  "
         f"p50 {row.p50:7.1f}  p95 {row.p95:7.1f}  p99 {row.p99:7.1f}  max {row.max:7.1f} ms  "
-        f"CPU/req server {row.server_cpu_ms:5.2f} ms, load generator {row.client_cpu_ms:5.2f} ms",
+        f"CPU/req: server {row.server_cpu_ms:4.2f}, load generator {row.client_cpu_ms:4.2f}, "
+        f"machine {row.machine_cpu_ms:4.2f} ms",
         flush=True,
     )
     return row
@@ -411,8 +422,8 @@ def run_config(backend: str, workers: int, args: argparse.Namespace) -> list[Row
 def markdown(rows: list[Row], target_ms: float, arrivals: str) -> str:
     out = [
         "| backend | API workers | load | achieved req/s | p50 ms | p95 ms | p99 ms | max ms "
-        "| server CPU ms/req |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| CPU ms/req: server | load generator | whole machine |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         load = (
@@ -422,7 +433,8 @@ def markdown(rows: list[Row], target_ms: float, arrivals: str) -> str:
         )
         out.append(
             f"| {r.backend} | {r.workers} | {load} | {r.achieved:.0f} | {r.p50:.1f} | "
-            f"{r.p95:.1f} | {r.p99:.1f} | {r.max:.0f} | {r.server_cpu_ms:.2f} |"
+            f"{r.p95:.1f} | {r.p99:.1f} | {r.max:.0f} | {r.server_cpu_ms:.2f} | "
+            f"{r.client_cpu_ms:.2f} | {r.machine_cpu_ms:.2f} |"
         )
     out.append("")
     configs = sorted({(r.backend, r.workers) for r in rows})

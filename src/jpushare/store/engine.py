@@ -26,6 +26,12 @@ DATABASE_URL_ENV = "JPUSHARE_DATABASE_URL"
 SQLITE_PATH_ENV = "JPUSHARE_SQLITE_PATH"
 DEFAULT_SQLITE_PATH = Path("var") / "jpushare.sqlite"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A database server's connections kept open per engine. Connections above `pool_size` are
+# closed when given back, so a pool smaller than the API's concurrent sessions (10, see
+# `jpushare.api.deps`) plus the dispatcher's would open and close a server connection
+# (a new PostgreSQL backend, milliseconds) for many requests under load.
+SERVER_POOL_SIZE = 15
+SERVER_POOL_OVERFLOW = 10
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:
@@ -67,7 +73,13 @@ def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
         engine = create_engine(parsed, echo=echo, connect_args={"timeout": 30.0})
         _configure_sqlite(engine)
         return engine
-    return create_engine(parsed, echo=echo, pool_pre_ping=True)
+    return create_engine(
+        parsed,
+        echo=echo,
+        pool_pre_ping=True,
+        pool_size=SERVER_POOL_SIZE,
+        max_overflow=SERVER_POOL_OVERFLOW,
+    )
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
