@@ -28,7 +28,7 @@ markdown table and, per configuration, the highest tested rate whose p99 is unde
 `--target-ms` (50).
 
 Run: `.venv/bin/python bench/bench_api.py [--backend sqlite|postgresql|both]
-[--workers 1,2] [--requests 5000] [--clients 50] [--rates 25,50,100,150,200,300]
+[--workers 1,2] [--requests 5000] [--clients 50] [--rates 25,50,100,150,200,300,400]
 [--duration 15]`; PostgreSQL is `JPUSHARE_TEST_POSTGRES_URL` (default
 postgresql+psycopg://postgres@127.0.0.1:5432/test), in a schema dropped at the end.
 """
@@ -394,8 +394,20 @@ def measure(
     return row
 
 
+def background_cpus(seconds: float = 2.0) -> float:
+    """CPUs the machine keeps busy without this benchmark's load (other work on it)."""
+    before = machine_busy_cpu_s()
+    time.sleep(seconds)
+    return (machine_busy_cpu_s() - before) / seconds
+
+
 def run_config(backend: str, workers: int, args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
+    print(
+        f"{backend}, {workers} API worker(s): before the run, other work keeps "
+        f"{background_cpus():.2f} of {os.cpu_count()} CPUs busy",
+        flush=True,
+    )
     with database(backend, args.pg_url) as url, tempfile.TemporaryDirectory() as state:
         tokens = populate(url, args.clients)
         with server(url, workers, Path(state)) as srv:
@@ -462,7 +474,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument(
-        "--rates", default="25,50,100,150,200,300", help="open-loop req/s, comma-separated"
+        "--rates", default="25,50,100,150,200,300,400", help="open-loop req/s, comma-separated"
     )
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per rate")
     parser.add_argument("--arrivals", choices=["poisson", "even"], default="poisson")
