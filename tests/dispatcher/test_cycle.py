@@ -87,7 +87,9 @@ def test_an_oom_attempt_is_requeued_at_a_stronger_tier_then_completes(rig: Rig) 
     oom = rig.submit(
         "alice",
         1,
-        'if [ "$JPUSHARE_ATTEMPT" = 1 ]; then '
+        # The attempt runs a moment first: its start and end are file times, and an
+        # instant exit could share the kernel's coarse timestamp (a run of 0 s costs 0).
+        'if [ "$JPUSHARE_ATTEMPT" = 1 ]; then sleep 0.3; '
         "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; "
         "exit 1; fi; echo fits now",
     )
