@@ -102,3 +102,23 @@ def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> No
         assert code == 0, service.log()
     # The supervisor stopped its workers before the main process exited.
     assert not any(_alive(pid) for pid in workers)
+
+
+def test_the_workers_listening_socket_gives_its_connections_tcp_nodelay() -> None:
+    import socket
+
+    import uvicorn
+
+    from jpushare.service.api_workers import keep_nodelay
+
+    config = uvicorn.Config("x:y", host="127.0.0.1", port=free_port())
+    listener = config.bind_socket()
+    try:
+        keep_nodelay(listener)
+        listener.listen()  # as the worker's server does
+        with socket.create_connection(listener.getsockname(), timeout=5):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        listener.close()

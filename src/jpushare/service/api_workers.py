@@ -18,6 +18,8 @@ worker exports the figures read from the database but not the main process's
 
 from __future__ import annotations
 
+import socket
+
 from fastapi import FastAPI
 
 from jpushare.config import Settings
@@ -43,6 +45,19 @@ def create_worker_app() -> FastAPI:
     return create_app(sessions, executor=executor, observed_busy=load_observed_busy)
 
 
+def keep_nodelay(sock: socket.socket) -> None:
+    """Turn Nagle's algorithm off on a listening TCP socket's connections.
+
+    uvicorn's `Config.bind_socket` leaves the socket's `proto` at 0, and asyncio sets
+    TCP_NODELAY on an accepted connection only when `proto` is IPPROTO_TCP; so with
+    `--workers N` every response (headers and body are two writes) could wait ~40 ms for the
+    client's delayed ACK (uvicorn issue #3149). Linux copies TCP_NODELAY from the listening
+    socket to the sockets it accepts.
+    """
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def run_api_workers(settings: Settings, workers: int) -> bool:
     """Serve the API from `workers` processes until SIGINT / SIGTERM (uvicorn's supervisor
     handles both while it runs). False if it could not start (port taken, app failing)."""
@@ -63,6 +78,7 @@ def run_api_workers(settings: Settings, workers: int) -> bool:
         sock = config.bind_socket()
     except SystemExit:  # uvicorn logged why
         return False
+    keep_nodelay(sock)
     supervisor = Multiprocess(config, sockets=[sock])
     try:
         supervisor.run()
