@@ -11,6 +11,10 @@ same `JPUSHARE_*` variables the main process read) and builds its own engine and
 lock, so several processes may share it). Workers never run a dispatcher; in any case the
 dispatcher lock lets only one process act.
 
+On SQLite, prefer one worker: a process's requests take turns at the one write lock in
+order (one database slot per process, see `jpushare.api.deps`), but processes wait for it in
+SQLite's busy handler, which sleeps; `bench/bench_api.py` shows the p99 this costs.
+
 What differs from one process: each worker has its own `ServiceMetrics`, so `/metrics` of a
 worker exports the figures read from the database but not the main process's
 `jpushare_dispatch_cycle_seconds`.
@@ -18,13 +22,17 @@ worker exports the figures read from the database but not the main process's
 
 from __future__ import annotations
 
+import logging
 import socket
 
 from fastapi import FastAPI
 
 from jpushare.config import Settings
+from jpushare.store.engine import is_sqlite
 
 APP_FACTORY = "jpushare.service.api_workers:create_worker_app"
+
+log = logging.getLogger(__name__)
 
 
 def create_worker_app() -> FastAPI:
@@ -65,6 +73,13 @@ def run_api_workers(settings: Settings, workers: int) -> bool:
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
+    if is_sqlite(settings.database_url):
+        log.warning(
+            "--workers %d on SQLite: the workers take turns at the database's one write lock "
+            "across processes, waiting in SQLite's busy handler (sleeps of up to 100 ms); "
+            "expect a worse p99 than with one worker. Use PostgreSQL for several workers.",
+            workers,
+        )
     config = uvicorn.Config(
         APP_FACTORY,
         factory=True,
