@@ -350,3 +350,34 @@ class TestEnvironment:
             ex.submit(spec("r", "true"))
         assert ex.find("r", 1) is None
         assert ex.inventory()[0].used == 0
+
+
+def test_ended_runs_are_read_from_their_files_once_not_on_every_observation(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = LocalExecutor(state_dir, gpus=gpus(), start_grace_s=0.5)
+    for i in range(5):  # one at a time: 4 GPUs
+        first.submit(spec(f"old{i}", "true"))
+        assert wait_end(first, f"old{i}").state is RunState.COMPLETED
+
+    # A restarted service: a new instance over the same state directory, nothing cached.
+    ex = LocalExecutor(state_dir, gpus=gpus(), start_grace_s=0.5)
+    assert len(ex.runs()) == 5  # reads each ended record once
+    loaded: list[str] = []
+    real_load = LocalExecutor._load
+
+    def counting_load(self: LocalExecutor, key: str) -> object:
+        loaded.append(key)
+        return real_load(self, key)
+
+    monkeypatch.setattr(LocalExecutor, "_load", counting_load)
+    again = ex.runs()
+    assert [r.state for r in again] == [RunState.COMPLETED] * 5
+    assert ex.inventory()[0].used == 0
+    assert ex.find("old0", 1) is not None
+    assert loaded == []  # no ended run's file was parsed again
+    # A new run is still read (it has not ended); the ended ones still are not.
+    ex.submit(spec("new", "true"))
+    wait_end(ex, "new")
+    ex.runs()
+    assert set(loaded) <= {run_key("new", 1)}

@@ -304,6 +304,9 @@ class LocalExecutor:
     def find(self, job_id: str, attempt: int) -> RunInfo | None:
         key = run_key(job_id, attempt)
         with self._locked():
+            cached = self._final.get(key)
+            if cached is not None:
+                return cached
             rec = self._load(key)
             return None if rec is None else self._settle(rec, live_groups(), self._clock())
 
@@ -379,7 +382,11 @@ class LocalExecutor:
             if key in self._final:
                 continue
             rec = self._load(key)
-            if rec is not None and rec.state is None:
+            if rec is None:
+                continue
+            if rec.state is not None:
+                self._cache_final(rec)
+            else:
                 held.update((rec.node, i) for i in rec.gpu_indices)
         return held
 
@@ -462,7 +469,7 @@ class LocalExecutor:
         key = run_key(rec.job_id, rec.attempt)
         paths = self._paths(key)
         if rec.state is not None:
-            return self._info(rec)
+            return self._cache_final(rec)
         child = self._children.get(key)
         if child is not None and child.poll() is not None:
             del self._children[key]  # reaped: a zombie would look alive without /proc
@@ -549,9 +556,16 @@ class LocalExecutor:
 
     def _store_final(self, rec: _Record) -> RunInfo:
         self._save(rec)
+        info = self._cache_final(rec)
+        log.info("%s ended: %s (%s)", info.executor_id, info.state, info.reason or "exit 0")
+        return info
+
+    def _cache_final(self, rec: _Record) -> RunInfo:
+        """An ended run's info, remembered: its record never changes again, so `runs`,
+        `find` and `inventory` do not read its file again (a restarted service would
+        otherwise parse every run it ever had on every observation)."""
         info = self._info(rec)
         self._final[run_key(rec.job_id, rec.attempt)] = info
-        log.info("%s ended: %s (%s)", info.executor_id, info.state, info.reason or "exit 0")
         return info
 
     @staticmethod
