@@ -35,38 +35,48 @@ class PlacementObservation(Base):
 def save_observed_busy(session: Session, busy: Mapping[PlacementKey, int], now: datetime) -> None:
     """Replace the stored observation with `busy` ((node, tier name) -> GPUs in use)."""
     session.execute(delete(PlacementObservation))
+    # Idle placements are stored too (busy 0): the rows' time says when the observation
+    # was made, which `load_observed_busy` needs even when nothing was busy.
     rows = [
         {"node_name": node, "tier_name": tier, "busy_gpus": n, "observed_at": now}
         for (node, tier), n in sorted(busy.items())
-        if n > 0
     ]
     if rows:
         session.execute(insert(PlacementObservation), rows)
 
 
 def load_observed_busy(session: Session) -> dict[PlacementKey, int]:
-    """GPUs research jobs use per (node, tier name), as the dispatcher last observed them.
+    """GPUs research jobs use per (node, tier name): the dispatcher's last observation,
+    plus the jobs it recorded as dispatched since (their GPUs are promised, but the
+    observation, made at the start of the cycle that dispatched them, predates them).
 
-    What `store.placements(session, busy)` and `store.load_snapshot(..., busy)` take; empty
-    (everything idle) before the first observation.
+    What `store.placements(session, busy)` and `store.load_snapshot(..., busy)` take.
+    Before the first observation it is every active job's GPUs.
     """
+    busy: dict[PlacementKey, int] = {}
+    last: datetime | None = None
     rows = session.execute(
         select(
             PlacementObservation.node_name,
             PlacementObservation.tier_name,
             PlacementObservation.busy_gpus,
+            PlacementObservation.observed_at,
         )
     )
-    return {(node, tier): n for node, tier, n in rows}
-
-
-def last_observed_at(session: Session) -> datetime | None:
-    """When the dispatcher last stored an observation with a busy GPU (None: never)."""
-    return session.scalars(
-        select(PlacementObservation.observed_at)
-        .order_by(PlacementObservation.observed_at.desc())
-        .limit(1)
-    ).first()
+    for node, tier, n, at in rows:
+        busy[(node, tier)] = n
+        last = at if last is None or at > last else last
+    since = (
+        select(Job.node_name, GpuTier.name, Job.num_gpus)
+        .join(GpuTier, GpuTier.id == Job.tier_id)
+        .where(Job.state.in_([s.value for s in ACTIVE_STATES]))
+    )
+    if last is not None:
+        since = since.where(Job.dispatched_at >= last)
+    for job_node, job_tier, gpus in session.execute(since):
+        if job_node is not None:
+            busy[(job_node, job_tier)] = busy.get((job_node, job_tier), 0) + gpus
+    return {key: n for key, n in busy.items() if n > 0}
 
 
 @dataclass(frozen=True, slots=True)
