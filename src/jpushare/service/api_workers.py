@@ -13,7 +13,7 @@ dispatcher lock lets only one process act.
 
 On SQLite, prefer one worker: a process's requests take turns at the one write lock in
 order (one database slot per process, see `jpushare.api.deps`), but processes wait for it in
-SQLite's busy handler, which sleeps; `bench/bench_api.py` shows the p99 this costs.
+SQLite's busy handler, which sleeps; near saturation that costs p99 (`bench/bench_api.py`).
 
 What differs from one process: each worker has its own `ServiceMetrics`, so `/metrics` of a
 worker exports the figures read from the database but not the main process's
@@ -77,7 +77,8 @@ def run_api_workers(settings: Settings, workers: int) -> bool:
         log.warning(
             "--workers %d on SQLite: the workers take turns at the database's one write lock "
             "across processes, waiting in SQLite's busy handler (sleeps of up to 100 ms); "
-            "expect a worse p99 than with one worker. Use PostgreSQL for several workers.",
+            "near saturation expect a worse p99 than with one worker. PostgreSQL suits "
+            "several workers better.",
             workers,
         )
     config = uvicorn.Config(
