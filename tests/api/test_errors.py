@@ -74,6 +74,8 @@ def test_a_revoked_token_is_401(api: ApiWorld) -> None:
         ({"name": "a", "num_gpus": 1}, "command"),
         ({"name": "a", "command": "", "num_gpus": 1}, "command"),
         ({"name": "a", "command": "a\x00b", "num_gpus": 1}, "command"),
+        # 70,000 characters (160,000 UTF-8 bytes): under the character limit, over one argv entry.
+        ({"name": "a", "command": "é" * 50_000 + "가" * 20_000, "num_gpus": 1}, "command"),
         ({"name": "n" * 201, "command": "true", "num_gpus": 1}, "name"),
         ({"name": "a", "command": "true", "num_gpus": 1, "min_tier": "x" * 101}, "min_tier"),
         ({"name": "a", "command": "true", "num_gpus": 1, "min_tier": "\x00"}, "min_tier"),

@@ -54,13 +54,30 @@ class _In(BaseModel):
 # --- jobs ---------------------------------------------------------------------------------
 
 
+# Linux caps one argument (the command goes to `bash -c` as one) at 128 KiB with its NUL.
+MAX_COMMAND_BYTES = 131_071
+
+
+def _fits_one_argument(value: str) -> str:
+    if len(value.encode("utf-8")) > MAX_COMMAND_BYTES:
+        raise ValueError(
+            f"the command is longer than {MAX_COMMAND_BYTES} bytes in UTF-8; put it in a script"
+        )
+    return value
+
+
 class JobCreate(_In):
     """A job to queue (SPEC §2). `num_gpus` 1-8 for every role; `min_tier` by name."""
 
     name: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] = Field(
         default="", description="default: the command's first word"
     )
-    command: Annotated[str, Field(min_length=1, max_length=100_000), AfterValidator(_no_nul)]
+    command: Annotated[
+        str,
+        Field(min_length=1, max_length=100_000),
+        AfterValidator(_no_nul),
+        AfterValidator(_fits_one_argument),
+    ]
     num_gpus: GpuCount
     min_tier: Name | None = Field(default=None, description="the weakest GPU tier it may use")
     time_limit_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
