@@ -7,15 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.config import ConfigError, load_settings, parse_gpu_types
 from jpushare.executors.base import RunInfo
 from jpushare.executors.slurm import CommandResult, SlurmExecutor
-from jpushare.service.serve import build_executor, check_slurm_prefix, gpu_type_to_tier
+from jpushare.service.serve import build_executor, check_foreign_runs, gpu_type_to_tier
 from jpushare.sim.cluster_file import load_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
+from jpushare.store.schema import Job
 from tests.executors.test_slurm_commands import ScriptedSlurm, ok
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,8 +127,11 @@ def sessions(tmp_path: Path) -> sessionmaker[Session]:
 def test_a_database_refuses_another_databases_runs_with_its_prefix(
     tmp_path: Path, sessions: sessionmaker[Session]
 ) -> None:
-    # Job 1 is this database's; job 7 is not: a wiped database's run, still in squeue.
-    # `x-9-1` has another prefix; `jps-cap-1` cannot collide (job ids are numbers).
+    # Job 1 is this database's (dispatched once); job 7 is not: a wiped database's run,
+    # still in squeue. `x-9-1` has another prefix; `jps-cap-1` cannot collide (job ids are
+    # numbers).
+    with sessions.begin() as s:
+        s.execute(update(Job).where(Job.id == 1).values(attempts=1))
     squeue = ok(
         squeue_row(40, "jps-1-1")
         + squeue_row(41, "jps-7-1")
@@ -135,13 +140,17 @@ def test_a_database_refuses_another_databases_runs_with_its_prefix(
     )
     ex = SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": squeue}))
     with pytest.raises(ConfigError, match=r"1 job\(s\) named jps-\* .*e\.g\. jps-7-1"):
-        check_slurm_prefix(ex, sessions)
+        check_foreign_runs(ex, sessions)
     ours = SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": ok(squeue_row(40, "jps-1-1"))}))
-    check_slurm_prefix(ours, sessions)  # its own run: fine
+    check_foreign_runs(ours, sessions)  # its own run: fine
+    # An attempt job 1 has not reached yet is another database's run too.
+    ahead = SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": ok(squeue_row(44, "jps-1-2"))}))
+    with pytest.raises(ConfigError, match=r"e\.g\. jps-1-2"):
+        check_foreign_runs(ahead, sessions)
 
 
 def test_the_prefix_check_is_skipped_when_slurm_does_not_answer(
     tmp_path: Path, sessions: sessionmaker[Session]
 ) -> None:
     down = CommandResult(1, "", "slurm_load_jobs error: Unable to contact slurm controller")
-    check_slurm_prefix(SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": down})), sessions)
+    check_foreign_runs(SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": down})), sessions)

@@ -34,7 +34,7 @@ from jpushare.dispatcher.cycle import CycleDeps, CycleReport
 from jpushare.dispatcher.lock import lock_for
 from jpushare.dispatcher.loop import Dispatcher
 from jpushare.executors.base import Executor
-from jpushare.executors.slurm import SlurmError, SlurmExecutor
+from jpushare.executors.slurm import SlurmExecutor
 from jpushare.llm_router import router_for
 from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
@@ -62,7 +62,7 @@ def build_executor(
             name_prefix=settings.slurm_prefix,
             sbatch_args=settings.slurm_sbatch_args,
         )
-        check_slurm_prefix(slurm, sessions)
+        check_foreign_runs(slurm, sessions)
         return slurm
     from jpushare.executors.local import LocalExecutor
 
@@ -73,6 +73,7 @@ def build_executor(
         with sessions() as session:
             declared = declared_inventory(session)
     executor = LocalExecutor(settings.state_dir / "executor", declared=declared)
+    check_foreign_runs(executor, sessions)
     if not executor.gpus:
         log.warning(
             "the local executor has no GPUs: no NVML / nvidia-smi GPU, no JPUSHARE_CLUSTER and "
@@ -81,41 +82,57 @@ def build_executor(
     return executor
 
 
-def check_slurm_prefix(executor: SlurmExecutor, sessions: sessionmaker[Session]) -> None:
-    """ConfigError if Slurm holds runs named with our prefix whose job this database lacks.
+def check_foreign_runs(executor: Executor, sessions: sessionmaker[Session]) -> None:
+    """ConfigError if the executor holds runs that another database started.
 
-    Runs are found by name (`<prefix>-<job id>-<attempt>`) and job ids restart at 1 in a new
-    database: after a database is wiped and created again, Slurm still shows the old one's
-    runs for `MinJobAge`, and the new job 1 would adopt the old `jps-1-1` (marked ended
-    without ever running). Jobs are never deleted, so a run whose job id this database does
-    not have was started by another database. If Slurm cannot be asked now, the dispatcher
-    reports that each cycle; this check is skipped.
+    Runs are named by (job id, attempt) — Slurm's `<prefix>-<job id>-<attempt>`, the local
+    executor's `<job id>.<attempt>` under `<state dir>/executor/runs` — and job ids restart
+    at 1 in a new database: after a database is wiped and created again, the executor still
+    holds the old one's runs (Slurm for `MinJobAge`, the local executor for ever), and the
+    new job 1 would adopt the old run of job 1 (marked ended without ever running, charged
+    the old run, showing its log). Jobs are never deleted and a run's attempt is counted
+    before it is submitted, so a run whose job id this database does not have, or whose
+    attempt is above that job's attempts, was started by another database. If the executor
+    cannot be asked now, the dispatcher reports that each cycle; this check is skipped.
     """
     try:
         runs = executor.runs()
-    except SlurmError as exc:
-        log.warning("could not list Slurm jobs at start (%s): prefix check skipped", exc)
+    except Exception as exc:  # e.g. SlurmError: Slurm does not answer now
+        log.warning("could not list the executor's runs at start (%s): check skipped", exc)
         return
     # Only numeric ids can collide with this database's jobs (`jps-cap-1` cannot).
     names = {(run.job_id, run.attempt) for run in runs if run.job_id.isdigit()}
-    ids = [int(job_id) for job_id, _ in names]
     if not names:
         return
     with sessions() as session:
-        known = {str(job_id) for job_id in store.get_jobs(session, ids)}
-    strangers = sorted(
-        f"{executor.name_prefix}-{job_id}-{attempt}"
+        jobs = store.get_jobs(session, [int(job_id) for job_id, _ in names])
+    attempts = {str(job_id): job.attempts for job_id, job in jobs.items()}
+    foreign = sorted(
+        (int(job_id), attempt)
         for job_id, attempt in names
-        if job_id not in known
+        if job_id not in attempts or attempt > attempts[job_id]
     )
-    if strangers:
+    if not foreign:
+        return
+    job_id, attempt = foreign[0]
+    if isinstance(executor, SlurmExecutor):
         raise ConfigError(
-            f"Slurm still holds {len(strangers)} job(s) named {executor.name_prefix}-* whose "
-            f"JPU-Share job is not in this database (e.g. {strangers[0]}): another database "
-            f"used the prefix {executor.name_prefix!r} (one wiped and created again?), and "
-            "its runs would be taken for this one's. Set JPUSHARE_SLURM_PREFIX to a prefix of "
-            "this database's own, or wait until Slurm forgets them (MinJobAge)."
+            f"Slurm still holds {len(foreign)} job(s) named {executor.name_prefix}-* whose "
+            f"JPU-Share job is not in this database (e.g. {executor.name_prefix}-{job_id}-"
+            f"{attempt}): another database used the prefix {executor.name_prefix!r} (one "
+            "wiped and created again?), and its runs would be taken for this one's. Set "
+            "JPUSHARE_SLURM_PREFIX to a prefix of this database's own, or wait until Slurm "
+            "forgets them (MinJobAge)."
         )
+    state_dir = getattr(executor, "state_dir", None)
+    where = f"the executor's state directory {state_dir}" if state_dir else "the executor"
+    raise ConfigError(
+        f"{where} holds {len(foreign)} run(s) that this database did not start (e.g. job "
+        f"{job_id} attempt {attempt}): they belong to another database (one wiped and "
+        "created again?), and this database's jobs would adopt them. Move "
+        f"{state_dir if state_dir else 'its state'} away (or point JPUSHARE_STATE_DIR "
+        "elsewhere), or use the database it belongs to."
+    )
 
 
 def gpu_type_to_tier(settings: Settings) -> dict[str, str]:
