@@ -6,7 +6,8 @@
    transaction sync the inventory and node states, apply every run transition with its
    charge (RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
    TIMEOUT end the job and charge its lab; OOM requeues with escalation; NODE_FAIL
-   requeues), confirm runs whose id was never recorded, and store the busy GPUs per
+   requeues; each in its own savepoint, so one that fails is logged and skipped, not the
+   whole step), confirm runs whose id was never recorded, and store the busy GPUs per
    placement for the API. Then, outside it: stop runs whose job no longer wants them
    (a cancel recorded by the API) and submit again the jobs recorded DISPATCHED that the
    executor has no run for (a crash between record and submit) — steps 5 and 6 for them.
@@ -304,7 +305,19 @@ def observe(
             store.sync_inventory(session, mapped, now, mark_missing_down=True)
         active = [_active(row) for row in active_jobs(session)]
         for t in transitions(active, by_key, store.to_epoch(now)):
-            kind = _apply(session, t, now)
+            # Each in its own savepoint: one that fails (a value the database refuses, a
+            # bug) is skipped and retried next cycle instead of stopping every job's.
+            try:
+                with session.begin_nested():
+                    kind = _apply(session, t, now)
+            except Exception:
+                log.exception(
+                    "job %s attempt %d: recording %s failed; skipped this cycle",
+                    t.job_id,
+                    t.attempt,
+                    type(t).__name__,
+                )
+                continue
             if kind == "missing":
                 missing.append(int(t.job_id))
             elif kind:

@@ -14,6 +14,7 @@ exactly once, in the transaction that ends the attempt.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +28,32 @@ from sqlalchemy.orm import Session
 from jpushare.policy.accounting import job_bill, reservation_accrual
 from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab
 from jpushare.store.times import to_epoch
+
+# C0 control characters but tab and newline: PostgreSQL refuses NUL in text and JSON (psycopg
+# raises DataError and the whole transaction is lost), and the rest only garbles a reason.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f]")
+REPLACEMENT = "\ufffd"
+
+
+def clean_text(text: str) -> str:
+    """`text` with NUL and the other C0 control characters but \\n and \\t replaced by U+FFFD.
+
+    Every free text the store writes into a job or its events passes here (`guarded_update`,
+    `event_row`): reasons and details come from outside (an executor's reason, a line of a
+    job's log such as a CUDA out-of-memory message), and one NUL in them must not stop the
+    dispatcher's transaction on PostgreSQL.
+    """
+    return _CONTROL.sub(REPLACEMENT, text)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
 
 
 def rowcount(result: Result[Any]) -> int:
@@ -105,11 +132,14 @@ def lock_job(session: Session, job_id: int) -> LockedJob | None:
 def guarded_update(
     session: Session, job_id: int, expected_state: str, *conditions: Any, **values: Any
 ) -> bool:
-    """UPDATE the job only if it is still in `expected_state` (and `conditions` hold)."""
+    """UPDATE the job only if it is still in `expected_state` (and `conditions` hold).
+
+    Text values are cleaned of control characters (`clean_text`)."""
+    cleaned = {k: clean_text(v) if isinstance(v, str) else v for k, v in values.items()}
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.state == expected_state, *conditions)
-        .values(**values)
+        .values(**cleaned)
         .execution_options(synchronize_session=False)
     )
     return rowcount(result) == 1
@@ -129,7 +159,7 @@ def event_row(
         "kind": kind.value,
         "from_state": from_state,
         "to_state": to_state,
-        "detail": detail,
+        "detail": _clean(detail),  # texts from outside: see clean_text
     }
 
 

@@ -1,0 +1,85 @@
+"""One transition the database refuses must not stop the dispatcher (on either database):
+texts from outside are cleaned of control characters at the store boundary, and each
+transition of the observe step is applied in its own savepoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from jpushare import store
+from jpushare.store.transitions import clean_text
+from tests.dispatcher.conftest import Rig, wait_for, waits_for
+
+
+def test_clean_text_replaces_nul_and_control_characters_but_newline_and_tab() -> None:
+    assert clean_text("a\x00b\x1bc\r\x7f\n\td") == "a\ufffdb\ufffdc\ufffd\x7f\n\td"
+    assert clean_text("plain") == "plain"
+
+
+def test_an_oom_line_with_a_nul_byte_requeues_with_a_cleaned_reason_and_cycles_go_on(
+    rig: Rig,
+) -> None:
+    flag = rig.flag("blocker")
+    blocker = rig.submit("bob", 2, waits_for(flag))  # takes both rtx4090 GPUs
+    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
+    oom = rig.submit(
+        "alice",
+        1,
+        'if [ "$JPUSHARE_ATTEMPT" = 1 ]; then sleep 0.3; '
+        r"printf 'torch.OutOfMemoryError: CUDA out of memory.\000 Tried to allocate 2 GiB\n' >&2; "
+        "exit 1; fi; echo fits now",
+    )
+    rig.cycle_until(
+        lambda: rig.job(oom).attempts == 1 and rig.job(oom).state == "GLOBAL_QUEUE_WAIT",
+        "the OOM attempt is requeued",
+    )
+    assert "\x00" in rig.executor.log(str(oom), 1)  # the log really holds the NUL
+    reason = rig.job(oom).reason or ""
+    assert "CUDA out of memory.\ufffd Tried to allocate" in reason
+    assert "\x00" not in reason
+    with rig.sessions() as s:
+        details = [e.detail for e in store.job_history(s, oom) if e.kind == "oom_requeued"]
+    assert len(details) == 1 and "\x00" not in str(details[0])
+    # Later cycles still work: the blocker ends and the job's second attempt runs.
+    flag.touch()
+    rig.cycle_until(rig.state_is(oom, "COMPLETED"), "the second attempt completes")
+    assert rig.job(oom).attempts == 2
+
+
+def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = rig.submit("alice", 1, "true")
+    good = rig.submit("bob", 1, "true")
+    assert set(rig.cycle().dispatched.started) == {bad, good}
+    wait_for(  # no cycle meanwhile: their ends are recorded by the patched one below
+        lambda: all(
+            (run := rig.executor.find(str(j), 1)) is not None and run.state.ended
+            for j in (bad, good)
+        ),
+        "both runs end",
+    )
+    waiting = rig.submit("alice", 1, waits_for(rig.flag("waiting")))
+
+    real_end_job = store.end_job
+
+    def end_job(session: Session, job_id: int, *args: Any, **kwargs: Any) -> Any:
+        if job_id == bad:  # writes, then fails: its savepoint must undo the write
+            session.execute(text("UPDATE jobs SET reason = 'half' WHERE id = :id"), {"id": bad})
+            session.execute(text("SELECT * FROM no_such_table"))
+        return real_end_job(session, job_id, *args, **kwargs)
+
+    monkeypatch.setattr(store, "end_job", end_job)
+    report = rig.cycle()
+    assert report.observed is not None
+    assert rig.job(good).state == "COMPLETED"
+    assert rig.job(bad).state in ("DISPATCHED", "RUNNING")
+    assert rig.job(bad).reason != "half"
+    assert waiting in report.dispatched.started
+    monkeypatch.setattr(store, "end_job", real_end_job)
+    rig.cycle_until(rig.state_is(bad, "COMPLETED"), "the skipped end is recorded next cycle")
+    rig.flag("waiting").touch()
