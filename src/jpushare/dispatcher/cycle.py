@@ -7,10 +7,12 @@
    charge (RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
    TIMEOUT end the job and charge its lab; OOM requeues with escalation; NODE_FAIL
    requeues; each in its own savepoint, so one that fails is logged and skipped, not the
-   whole step), confirm runs whose id was never recorded, and store the busy GPUs per
-   placement for the API. Then, outside it: stop runs whose job no longer wants them
-   (a cancel recorded by the API) and submit again the jobs recorded DISPATCHED that the
-   executor has no run for (a crash between record and submit) — steps 5 and 6 for them.
+   whole step), settle the runs of cancelled jobs that have now really ended (charged up
+   to their real end: `settle_cancelled_runs`), confirm runs whose id was never
+   recorded, and store the busy GPUs per placement for the API. Then, outside it: stop
+   runs whose job no longer wants them (a cancel recorded by the API) and submit again
+   the jobs recorded DISPATCHED that the executor has no run for (a crash between record
+   and submit) — steps 5 and 6 for them.
 2. load the snapshot, 3. decide (the pure policy), 4. record the decisions: ONE
    transaction. Its commit is the point of no return ("assume"): only what it applied is
    started, never what `decide` proposed.
@@ -72,10 +74,12 @@ from jpushare.store.observations import (
     ActiveJobRow,
     LaunchRow,
     active_jobs,
+    cancelled_runs,
     dispatched_launches,
     job_states,
     save_observed_busy,
 )
+from jpushare.store.times import same_instant
 
 log = logging.getLogger(__name__)
 
@@ -322,6 +326,7 @@ def observe(
                 missing.append(int(t.job_id))
             elif kind:
                 counts[kind] += 1
+        settle_cancelled_runs(session, runs)
         # Busy GPUs as the policy must see them, from the jobs still active now.
         after = [_active(row) for row in active_jobs(session)]
         busy = busy_by_placement(mapped, after, by_key, {})
@@ -340,6 +345,49 @@ def observe(
         resubmit=tuple(resubmit),
         stale=tuple(stale),
     )
+
+
+def settle_cancelled_runs(session: Session, runs: Iterable[RunInfo]) -> int:
+    """Charge each cancelled job's last run up to when it really ended (SPEC §4): the cancel
+    charged only up to itself, and the run lived on until the dispatcher stopped it. Only
+    runs whose ended times the job does not hold yet are settled (each in a savepoint,
+    like the transitions); `store.settle_cancelled_run` is idempotent. How many changed."""
+    ended = {
+        int(r.job_id): r
+        for r in runs
+        if r.state.ended
+        and r.started_at is not None
+        and r.ended_at is not None
+        and r.job_id.isdigit()
+    }
+    settled = 0
+    for job_id, (attempts, started_at, ended_at) in cancelled_runs(session, ended).items():
+        run = ended[job_id]
+        assert run.started_at is not None and run.ended_at is not None
+        real_start, real_end = store.from_epoch(run.started_at), store.from_epoch(run.ended_at)
+        if run.attempt != attempts or (
+            started_at is not None
+            and ended_at is not None
+            and same_instant(started_at, real_start)
+            and same_instant(ended_at, real_end)
+        ):
+            continue
+        try:
+            with session.begin_nested():
+                charged = store.settle_cancelled_run(
+                    session, job_id, attempts, real_start, real_end
+                )
+        except Exception:
+            log.exception("job %d attempt %d: settling its cancelled run failed", job_id, attempts)
+            continue
+        log.info(
+            "job %d attempt %d: cancelled run ended; settled (%.1f TFLOP-s charged)",
+            job_id,
+            attempts,
+            charged,
+        )
+        settled += 1
+    return settled
 
 
 def _active(row: ActiveJobRow) -> ActiveJob:

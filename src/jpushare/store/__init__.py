@@ -78,6 +78,7 @@ from jpushare.store.lifecycle import (
     mark_running,
     requeue_after_node_failure,
     requeue_after_oom,
+    settle_cancelled_run,
     undo_dispatch,
 )
 from jpushare.store.migrate import upgrade
@@ -168,6 +169,7 @@ __all__ = [
     "set_gpu_schedulable",
     "set_node_gpus",
     "set_node_state",
+    "settle_cancelled_run",
     "sqlite_url",
     "submit",
     "submit_job",

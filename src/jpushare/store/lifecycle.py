@@ -1,4 +1,5 @@
-"""One job's life after dispatch (SPEC §5): confirm, start, end, requeue, undo, cancel.
+"""One job's life after dispatch (SPEC §5): confirm, start, end, requeue, undo, cancel, and
+the settlement of a cancelled job's run once the executor says when it really ended.
 
 Each function is one guarded transition (see `transitions.py`) and is idempotent: if the
 job is no longer where the caller thinks (another process got there first, or the report
@@ -14,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import run_cost
@@ -24,7 +26,7 @@ from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.jobs import get_job
 from jpushare.store.records import Cancelled, Ended, JobRecord
 from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState
-from jpushare.store.times import to_epoch
+from jpushare.store.times import same_instant, to_epoch
 from jpushare.store.transitions import (
     LockedJob,
     accrue_reservation,
@@ -381,7 +383,8 @@ def cancel_job(
     A queued job's reservation is accrued up to now and released (reason `cancel`). A
     DISPATCHED or RUNNING job is charged its run up to now; the result's `stop_attempt` /
     `stop_executor_id` tell the caller which run to stop (the executor's own end report
-    will then find the job ended and change nothing).
+    will then find the job ended and change nothing, but for `settle_cancelled_run`,
+    which charges the run up to when it really ended).
     Raises NotFound, or InvalidTransition if the job has ended already.
     """
     job = lock_job(session, job_id)
@@ -444,3 +447,52 @@ def cancel_job(
     add_events(session, events)
     charged = charge_lab(session, job_id, now)
     return Cancelled(get_job(session, job_id), job.state, charged, released, None, None)
+
+
+def settle_cancelled_run(
+    session: Session, job_id: int, attempt: int, started_at: datetime, ended_at: datetime
+) -> float:
+    """Charge a cancelled job's last run for the time it really held its GPUs (SPEC §4).
+
+    `cancel_job` charges what the database knows: the run from its recorded start to the
+    cancel (nothing for a DISPATCHED job whose process had already started); the run then
+    goes on until the dispatcher has stopped it. Once the executor reports the run of
+    `attempt` ended, from `started_at` to `ended_at`, this recomputes that attempt's run
+    cost from them, adds the difference to the job's run cost (less when the run had ended
+    before the cancel) and charges the lab only what it was not charged yet. The job keeps
+    those times as its `started_at` / `ended_at`, so a second call finds nothing to do:
+    idempotent. Returns what was charged (0.0 when nothing changed, or the job is not
+    CANCELLED on `attempt`).
+    """
+    job = lock_job(session, job_id)
+    if job is None or job.state != JobState.CANCELLED.value or job.attempts != attempt:
+        return 0.0
+    if job.tier_id is None:
+        return 0.0  # never placed: no run
+    row = session.execute(select(Job.ended_at).where(Job.id == job_id)).one()
+    tflops = tier_tflops(session, job.tier_id)
+    recorded_start, recorded_end = job.started_at, row.ended_at
+    if recorded_start is not None and recorded_end is not None:
+        if same_instant(recorded_start, started_at) and same_instant(recorded_end, ended_at):
+            return 0.0  # settled already (or ended by the executor's own report)
+        recorded = run_cost(job.num_gpus, to_epoch(recorded_start), to_epoch(recorded_end), tflops)
+    else:
+        recorded = 0.0  # cancelled before the database knew it had started
+    real = run_cost(job.num_gpus, to_epoch(started_at), to_epoch(ended_at), tflops)
+    ok = guarded_update(
+        session,
+        job_id,
+        JobState.CANCELLED.value,
+        Job.attempts == attempt,
+        started_at=started_at,
+        ended_at=ended_at,
+        run_cost=Job.run_cost + (real - recorded),
+    )
+    if not ok:
+        return 0.0
+    return charge_lab(
+        session,
+        job_id,
+        ended_at,
+        {"settled_run": {"attempt": attempt, "run_cost": real, "charged_before": recorded}},
+    )

@@ -18,7 +18,7 @@ from sqlalchemy import Integer, Text, delete, insert, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from jpushare.store.inventory import PlacementKey
-from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, User
+from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, JobState, User
 
 
 class PlacementObservation(Base):
@@ -125,6 +125,24 @@ def job_states(session: Session, job_ids: Iterable[int]) -> dict[int, tuple[str,
         )
         for jid, state, attempts in rows:
             out[jid] = (state, attempts)
+    return out
+
+
+def cancelled_runs(
+    session: Session, job_ids: Iterable[int]
+) -> dict[int, tuple[int, datetime | None, datetime | None]]:
+    """job id -> (attempts, started_at, ended_at) of those of these jobs that are CANCELLED:
+    the runs the dispatcher may have to settle (`lifecycle.settle_cancelled_run`)."""
+    ids = sorted(set(job_ids))
+    out: dict[int, tuple[int, datetime | None, datetime | None]] = {}
+    for start in range(0, len(ids), 1000):
+        rows = session.execute(
+            select(Job.id, Job.attempts, Job.started_at, Job.ended_at).where(
+                Job.id.in_(ids[start : start + 1000]), Job.state == JobState.CANCELLED.value
+            )
+        )
+        for jid, attempts, started_at, ended_at in rows:
+            out[jid] = (attempts, started_at, ended_at)
     return out
 
 

@@ -53,3 +53,8 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+
+def same_instant(a: datetime, b: datetime, tolerance_s: float = 1e-3) -> bool:
+    """Whether two times are the same instant, to within what a database keeps of them."""
+    return abs(to_epoch(a) - to_epoch(b)) <= tolerance_s

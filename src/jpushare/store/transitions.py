@@ -209,10 +209,13 @@ def accrue_reservation(session: Session, job: LockedJob, now: datetime) -> float
     return cost
 
 
-def charge_lab(session: Session, job_id: int, at: datetime) -> float:
+def charge_lab(
+    session: Session, job_id: int, at: datetime, detail: dict[str, Any] | None = None
+) -> float:
     """Add what the lab has not been charged yet of the job's bill; return that amount.
 
     SPEC §4: run cost of every attempt plus every accrued reservation, exactly once.
+    `detail` is added to the `charged` event's.
     """
     row = session.execute(
         select(Job.lab_id, Job.run_cost, Job.reservation_gpu_seconds, Job.charged_tflop_s).where(
@@ -248,6 +251,7 @@ def charge_lab(session: Session, job_id: int, at: datetime) -> float:
                     "run_cost": run_total,
                     "reservation_cost": reservation_total,
                     "bill": bill,
+                    **(detail or {}),
                 },
             )
         ],
