@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from jpushare import store
-from tests.dispatcher.conftest import Rig, wait_for
+from tests.dispatcher.conftest import Rig, wait_for, waits_for
 
 TFLOPS = {"rtx4090": 82.6, "rtx3080ti": 34.1}
 
@@ -72,3 +72,34 @@ def test_a_cancelled_run_is_charged_until_it_really_ended_once(
     assert rig.events(job_id) == events
     assert lab_usage(rig, "alpha") == pytest.approx(expected, rel=1e-6)
     assert rig.job(job_id).run_cost == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_job_cancelled_in_the_queue_after_an_oom_requeue_is_not_settled_again(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = rig.flag("blocker")
+    blocker = rig.submit("bob", 2, waits_for(flag))  # takes both rtx4090 GPUs
+    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
+    oom = rig.submit(
+        "alice",
+        1,
+        "sleep 0.3; echo 'torch.OutOfMemoryError: CUDA out of memory.' >&2; exit 1",
+    )
+    rig.cycle_until(rig.state_is(oom, "GLOBAL_QUEUE_WAIT"), "the OOM attempt is requeued")
+    with rig.sessions.begin() as s:
+        store.cancel_job(s, oom, store.utc_now())
+    calls: list[int] = []
+    real_settle = store.settle_cancelled_run
+
+    def settle(*args: object, **kwargs: object) -> float:
+        calls.append(1)
+        return real_settle(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "settle_cancelled_run", settle)
+    rig.cycle()
+    rig.cycle()
+    assert calls == []  # its run was charged when it was requeued
+    job = rig.job(oom)
+    assert job.run_cost > 0
+    assert lab_usage(rig, "alpha") == pytest.approx(job.charged_tflop_s)
+    flag.touch()

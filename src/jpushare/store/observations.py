@@ -131,14 +131,18 @@ def job_states(session: Session, job_ids: Iterable[int]) -> dict[int, tuple[str,
 def cancelled_runs(
     session: Session, job_ids: Iterable[int]
 ) -> dict[int, tuple[int, datetime | None, datetime | None]]:
-    """job id -> (attempts, started_at, ended_at) of those of these jobs that are CANCELLED:
-    the runs the dispatcher may have to settle (`lifecycle.settle_cancelled_run`)."""
+    """job id -> (attempts, started_at, ended_at) of those of these jobs that were CANCELLED
+    while dispatched or running (they keep their placement; one cancelled in the queue after
+    a requeue does not, and its last run was charged when it was requeued): the runs the
+    dispatcher may have to settle (`lifecycle.settle_cancelled_run`)."""
     ids = sorted(set(job_ids))
     out: dict[int, tuple[int, datetime | None, datetime | None]] = {}
     for start in range(0, len(ids), 1000):
         rows = session.execute(
             select(Job.id, Job.attempts, Job.started_at, Job.ended_at).where(
-                Job.id.in_(ids[start : start + 1000]), Job.state == JobState.CANCELLED.value
+                Job.id.in_(ids[start : start + 1000]),
+                Job.state == JobState.CANCELLED.value,
+                Job.tier_id.is_not(None),
             )
         )
         for jid, attempts, started_at, ended_at in rows:
