@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,8 +98,13 @@ def test_a_service_killed_twice_loses_and_doubles_nothing(pg_rig: SlurmRig, tmp_
         out = slurm("squeue", "-h", "-t", "all", f"--name={names[j]}", "-o", "%i|%P|%b")
         assert out.stdout.strip() == f"{job.executor_id}|gpu|gres:gpu:rtx4090:1"
 
-    # 3. One job ends while no dispatcher runs; the next service finds it ended.
+    # 3. One job ends while no dispatcher runs; the next service finds it ended. It runs
+    # two seconds first: Slurm's times are whole seconds, and a run that starts and ends
+    # in one second costs 0 and is charged nothing.
     ended, other = jobs
+    started = rig.job(ended).started_at
+    assert started is not None
+    wait_for(lambda: time.time() >= started.timestamp() + 2, "the job has run two seconds")
     flags[ended].touch()
     wait_for(lambda: slurm_state(names[ended]) == ["COMPLETED"], "the job ends in Slurm")
     assert rig.job(ended).state == "RUNNING"
