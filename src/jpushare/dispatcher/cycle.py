@@ -72,13 +72,13 @@ from jpushare.policy import (
 )
 from jpushare.store.observations import (
     ActiveJobRow,
-    LaunchRow,
     active_jobs,
     cancelled_runs,
     dispatched_launches,
     job_states,
     save_observed_busy,
 )
+from jpushare.store.records import DispatchedJob
 from jpushare.store.times import same_instant
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class Observed:
     confirmed: int = 0
     ended: int = 0
     requeued: int = 0
-    resubmit: tuple[LaunchRow, ...] = ()
+    resubmit: tuple[DispatchedJob, ...] = ()
     stale: tuple[RunInfo, ...] = ()
 
 
@@ -225,27 +225,7 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
         crash_point("after_record")
 
     # 5-6. Act, then confirm or undo.
-    dispatched = start_runs(
-        deps,
-        [
-            _Launch(
-                d.tier,
-                LaunchSpec(
-                    job_id=str(d.job_id),
-                    attempt=d.attempt,
-                    name=d.name,
-                    command=d.command,
-                    node=d.node,
-                    gpu_type=deps.gpu_type_of(d.tier),
-                    num_gpus=d.num_gpus,
-                    partition=d.partition,
-                    user=d.user_name,
-                    time_limit_s=d.time_limit_s,
-                ),
-            )
-            for d in recorded.dispatched
-        ],
-    )
+    dispatched = start_runs(deps, [_launch_of(deps, d) for d in recorded.dispatched])
     phases = {"observe": t1 - t0, "decide": t2 - t1, "act": time.perf_counter() - t2}
     report = _report(at, t0, observed, decisions, recorded, dispatched, resubmitted, stopped)
     return replace(report, phases_s=phases)
@@ -483,7 +463,7 @@ class _Launch:
     spec: LaunchSpec
 
 
-def _launch_of(deps: CycleDeps, row: LaunchRow) -> _Launch:
+def _launch_of(deps: CycleDeps, row: DispatchedJob) -> _Launch:
     return _Launch(
         row.tier,
         LaunchSpec(

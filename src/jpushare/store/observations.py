@@ -18,6 +18,7 @@ from sqlalchemy import Integer, Text, delete, insert, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from jpushare.store.inventory import PlacementKey
+from jpushare.store.records import DispatchedJob
 from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, JobState, User
 
 
@@ -150,26 +151,10 @@ def cancelled_runs(
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchRow:
-    """What starting (again) a recorded dispatch needs from the job's row."""
-
-    job_id: int
-    attempt: int
-    name: str
-    command: str
-    user_name: str
-    node: str
-    tier: str
-    partition: str | None
-    num_gpus: int
-    time_limit_s: float | None
-
-
-def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[LaunchRow]:
+def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[DispatchedJob]:
     """The DISPATCHED jobs among `job_ids`, with what their launch needs, in id order."""
     ids = sorted(set(job_ids))
-    out: list[LaunchRow] = []
+    out: list[DispatchedJob] = []
     for start in range(0, len(ids), 1000):
         rows = session.execute(
             select(
@@ -192,6 +177,8 @@ def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[Launch
         for jid, attempt, name, command, user, node, tier, partition, n, limit_s in rows:
             if node is not None:
                 out.append(
-                    LaunchRow(jid, attempt, name, command, user, node, tier, partition, n, limit_s)
+                    DispatchedJob(
+                        jid, attempt, name, command, user, node, tier, partition, n, limit_s
+                    )
                 )
     return out
