@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-import anyio
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -63,9 +62,10 @@ def create_app(
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     busy: BusySource = observed_busy if observed_busy is not None else store.held_by_jobs
     service_metrics = metrics if metrics is not None else ServiceMetrics()
+    read_sessions = store.read_only_sessions(sessions)
 
-    def read_figures() -> MetricFigures:
-        with sessions.begin() as session:
+    def read_figures() -> MetricFigures:  # a scrape only reads: no write lock on SQLite
+        with read_sessions.begin() as session:
             return queries.metric_figures(session, store.placements(session, busy(session)))
 
     service_metrics.collect_figures_from(read_figures)
@@ -79,11 +79,12 @@ def create_app(
     )
     app.state.jpushare = ApiContext(
         sessions=sessions,
+        read_sessions=read_sessions,
         executor=executor,
         clock=clock,
         observed_busy=busy,
         metrics=service_metrics,
-        db_slots=anyio.CapacityLimiter(db_slots_for(sessions)),
+        db_slots=db_slots_for(sessions),
     )
     install_error_handlers(app)
     for router in (jobs.router, cluster.router, admin.router, service.router):

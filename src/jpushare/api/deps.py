@@ -5,6 +5,14 @@ Aliases, as route parameters: `SessionDep` (a session inside one transaction, co
 when the handler returns, before the response is sent, rolled back if it raises),
 `CurrentUser` (any valid bearer token, else 401), `AdminUser` (role admin, else 403),
 `ContextDep` (the executor, the clock, the busy-GPU source).
+
+GET (and HEAD) requests are safe by HTTP's rules, and every GET route here only reads:
+their session is a read-only one (`store.read_only_sessions`), which on SQLite starts a
+deferred transaction instead of taking the write lock, and they wait for a read slot, not
+the single write slot (see `db_slots_for`). So a long `GET /v1/queue` (a decision over the
+whole queue) neither waits for nor blocks a POST or the dispatcher, and readers run side
+by side. A GET route that wrote would fail on SQLite with "attempt to write a readonly
+database" (the read-only sessions set `PRAGMA query_only`), in tests too, not under load.
 """
 
 from __future__ import annotations
@@ -38,11 +46,12 @@ class ApiContext:
     """Everything the routes share; one per app."""
 
     sessions: sessionmaker[Session]
+    read_sessions: sessionmaker[Session]  # `store.read_only_sessions(sessions)`
     executor: Executor | None
     clock: Callable[[], datetime]
     observed_busy: BusySource
     metrics: ServiceMetrics
-    db_slots: anyio.CapacityLimiter  # requests that may hold a session at once
+    db_slots: DbSlots  # requests that may hold a session at once
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""
@@ -65,35 +74,69 @@ ContextDep = Annotated[ApiContext, Depends(_context)]
 
 
 MAX_DB_SLOTS = 10
+READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
 
 
-def db_slots_for(sessions: sessionmaker[Session]) -> int:
+@dataclass(frozen=True, slots=True)
+class DbSlots:
+    """How many requests may hold a session at once, for writing and for reading.
+
+    `reads` is the same limiter as `writes` except on SQLite (see `db_slots_for`).
+    """
+
+    writes: anyio.CapacityLimiter
+    reads: anyio.CapacityLimiter
+
+
+def db_slots_for(sessions: sessionmaker[Session]) -> DbSlots:
     """How many requests may hold a session at once: fewer than the engine's pool holds,
     leaving room for /healthz, /metrics and a dispatcher sharing the engine.
 
-    SQLite: one. Every transaction there takes the write lock at BEGIN (`BEGIN IMMEDIATE`,
-    see `store.engine`), so a second session in the process could only wait for the lock
-    in SQLite's busy handler, which sleeps in growing steps (up to 100 ms) instead of
-    being woken: requests queue on the slot, in order, instead.
+    SQLite: one writer. Every writing transaction there takes the write lock at BEGIN
+    (`BEGIN IMMEDIATE`, see `store.engine`), so a second writing session in the process
+    could only wait for the lock in SQLite's busy handler, which sleeps in growing steps
+    (up to 100 ms) instead of being woken: writing requests queue on the slot, in order,
+    instead. Readers take no lock (WAL, deferred `BEGIN`), so they get slots of their own,
+    all the pool holds less the writer's connection: they never wait for the write slot and
+    a long read never holds it. Within one process, reads that are mostly Python work (the
+    queue's decision) still share the GIL: side by side they are no faster than one after
+    another (bench/bench_read_queue.py: 8 clients of GET /v1/queue, one worker, ~20% lower
+    throughput), but a short GET no longer waits behind a long one, writes go through,
+    and API workers (`--workers N`) read in parallel instead of queueing on the lock.
+
+    Other databases: one limiter for reads and writes, as the server handles both.
     """
     bind = sessions.kw.get("bind")
+    slots = _pool_slots(bind)
     if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
-        return 1
+        return DbSlots(
+            writes=anyio.CapacityLimiter(1), reads=anyio.CapacityLimiter(max(1, slots - 1))
+        )
+    shared = anyio.CapacityLimiter(slots)
+    return DbSlots(writes=shared, reads=shared)
+
+
+def _pool_slots(bind: object) -> int:
     pool = getattr(bind, "pool", None)
     if isinstance(pool, QueuePool):
         return max(1, min(MAX_DB_SLOTS, pool.size() + pool._max_overflow - 3))
     return MAX_DB_SLOTS
 
 
-async def get_session(context: ContextDep) -> AsyncIterator[Session]:
-    """One session in one transaction per request, committed when the handler returns.
+async def get_session(request: Request, context: ContextDep) -> AsyncIterator[Session]:
+    """One session in one transaction per request, committed when the handler returns;
+    read-only for GET and HEAD (see the module docstring).
 
     The slot is awaited on the event loop, before any thread is taken: with sync handlers
     in a thread pool, requests that block threads while waiting for a pooled connection
     can starve the requests that hold the connections (and time out after 30 s).
     """
-    async with context.db_slots:
-        session = context.sessions()
+    if request.method in READ_ONLY_METHODS:
+        slots, sessions = context.db_slots.reads, context.read_sessions
+    else:
+        slots, sessions = context.db_slots.writes, context.sessions
+    async with slots:
+        session = sessions()
         try:
             yield session
         except BaseException:

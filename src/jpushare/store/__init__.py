@@ -1,7 +1,8 @@
 """The store: the only code that touches the database (SQLAlchemy 2, Alembic migrations).
 
 Layout:
-- `engine`: the database URL (`JPUSHARE_DATABASE_URL`, else a SQLite file), engines, sessions;
+- `engine`: the database URL (`JPUSHARE_DATABASE_URL`, else a SQLite file), engines,
+  sessions, and read-only sessions (no write lock on SQLite);
 - `migrate`: `upgrade(url)` / `downgrade(url)`; the schema is created by migrations only;
 - `schema`: the ORM tables; `records`: the frozen values the repository returns;
 - `inventory`: tiers, nodes, GPUs, placements; `accounts`: labs, users, API tokens;
@@ -31,7 +32,13 @@ from jpushare.store.accounts import (
     revoke_token,
 )
 from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
-from jpushare.store.engine import database_url, make_engine, make_sessionmaker, sqlite_url
+from jpushare.store.engine import (
+    database_url,
+    make_engine,
+    make_sessionmaker,
+    read_only_sessions,
+    sqlite_url,
+)
 from jpushare.store.errors import (
     AlreadyExists,
     ConcurrentUpdate,
@@ -161,6 +168,7 @@ __all__ = [
     "placements",
     "policy_job_id",
     "policy_tiers",
+    "read_only_sessions",
     "record_decisions",
     "remove_node",
     "requeue_after_node_failure",

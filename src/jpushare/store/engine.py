@@ -8,6 +8,16 @@ SQLite (the default, one workstation) gets foreign keys, WAL, a busy timeout and
 writers that both read first deadlock on the upgrade to a write lock and one fails at once
 with "database is locked", busy timeout or not. Taking the write lock at BEGIN makes every
 transaction wait its turn instead, which is what the guarded state transitions rely on.
+
+Work that only reads does not need that lock, and holding it costs: a `GET /v1/queue`
+decides over the whole queue, and with the lock taken at BEGIN every reader waited for
+every other reader and for the dispatcher. `read_only_sessions(sessions)` gives sessions
+on the same engine (same pool) whose connections carry the `READ_ONLY` execution option;
+on SQLite their transactions start with a plain deferred `BEGIN` (in WAL mode readers run
+alongside the one writer, each on its snapshot) under `PRAGMA query_only`, so a write that
+slips into one fails at once with "attempt to write a readonly database" instead of racing
+for the lock (and deadlocking) only under load. Other databases ignore the option: their
+transactions are what they were.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,6 +42,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 # (a new PostgreSQL backend, milliseconds) for many requests under load.
 SERVER_POOL_SIZE = 15
 SERVER_POOL_OVERFLOW = 10
+# The execution option that marks a connection's transactions read-only (see the module
+# docstring); set by `read_only_sessions`, read by SQLite's "begin" hook.
+READ_ONLY = "jpushare_read_only"
+_QUERY_ONLY_STATE = "jpushare_query_only"  # key in a pooled connection's `info`
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:
@@ -87,6 +101,27 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def read_only_sessions(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
+    """Sessions like `sessions` for work that only reads (see the module docstring).
+
+    Same engine, pool and settings; only the `READ_ONLY` option differs. If `sessions` is
+    not bound to an engine (a connection, nothing), it is returned as it is: its reads are
+    then ordinary transactions, correct but, on SQLite, serialised with the writers.
+    """
+    bind = sessions.kw.get("bind")
+    if not isinstance(bind, Engine):
+        return sessions
+    return sessionmaker(
+        class_=sessions.class_,
+        **{**sessions.kw, "bind": bind.execution_options(**{READ_ONLY: True})},
+    )
+
+
+def is_read_only(bind: Engine | Connection) -> bool:
+    """Whether transactions on `bind` are marked read-only (`read_only_sessions`)."""
+    return bool(bind.get_execution_options().get(READ_ONLY, False))
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -102,5 +137,12 @@ def _configure_sqlite(engine: Engine) -> None:
             cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    def _on_begin(connection: Connection) -> None:
+        read_only = is_read_only(connection)
+        # query_only is the connection's, not the transaction's: set it only when it
+        # changes (`info` lives as long as the DBAPI connection, cleared if replaced).
+        info = connection.connection.info
+        if info.get(_QUERY_ONLY_STATE, False) != read_only:
+            connection.exec_driver_sql(f"PRAGMA query_only = {int(read_only)}")
+            info[_QUERY_ONLY_STATE] = read_only
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")

@@ -21,7 +21,7 @@ router = APIRouter(tags=["service"])
 def healthz(ctx: ContextDep, response: Response) -> HealthPublic:
     """200 when the database answers, else 503 (no token needed)."""
     try:
-        with ctx.sessions.begin() as session:
+        with ctx.read_sessions.begin() as session:  # not behind a writer on SQLite
             queries.ping(session)
     except SQLAlchemyError:
         log.warning("healthz: the database does not answer", exc_info=True)
