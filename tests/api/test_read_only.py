@@ -46,8 +46,9 @@ def begins(api: ApiWorld) -> Iterator[list[str]]:
 
 
 def test_every_get_route_begins_deferred_on_sqlite(api: ApiWorld, begins: list[str]) -> None:
-    if _engine(api.sessions).dialect.name != "sqlite":
-        pytest.skip("the BEGIN hook is SQLite's")
+    # On PostgreSQL the hook sends no BEGIN of its own (the driver's transactions are
+    # unchanged); on SQLite reads send a plain BEGIN and writes BEGIN IMMEDIATE.
+    sqlite = _engine(api.sessions).dialect.name == "sqlite"
     job = api.submit("alice", 1)
     values = {"job_id": str(job), "name": "alice"}
     paths = [path for path, operations in api.app.openapi()["paths"].items() if "get" in operations]
@@ -57,11 +58,10 @@ def test_every_get_route_begins_deferred_on_sqlite(api: ApiWorld, begins: list[s
         begins.clear()
         r = api.get(url, "root")
         assert r.status_code == 200, (url, r.text)
-        assert begins, url
-        assert set(begins) == {"BEGIN"}, url
+        assert set(begins) == ({"BEGIN"} if sqlite else set()), url
     begins.clear()
     api.submit("alice", 1)
-    assert set(begins) == {"BEGIN IMMEDIATE"}
+    assert set(begins) == ({"BEGIN IMMEDIATE"} if sqlite else set())
 
 
 def test_a_get_held_open_does_not_keep_a_post_waiting(

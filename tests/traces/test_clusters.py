@@ -4,13 +4,14 @@ converted traces through the simulator's own trace and cluster readers (when pre
 from __future__ import annotations
 
 import csv
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
+from jpushare.sim.cluster_file import load_cluster
+from jpushare.sim.trace_file import check_tiers, parse_trace
 from jpushare.traces import DAY_S, format_trace
 from jpushare.traces.alibaba import TIER_BY_MODEL, AlibabaOptions, load_alibaba
 from jpushare.traces.clusters import (
@@ -23,12 +24,6 @@ from jpushare.traces.clusters import (
 from jpushare.traces.philly import PhillyOptions, load_philly
 
 from .conftest import EXAMPLES
-
-HAS_SIM_READERS = (
-    importlib.util.find_spec("jpushare.sim") is not None
-    and importlib.util.find_spec("jpushare.sim.trace_file") is not None
-    and importlib.util.find_spec("jpushare.sim.cluster_file") is not None
-)
 
 
 def test_philly_cluster_is_mostly_8_gpu_nodes_of_the_project_tiers() -> None:
@@ -89,12 +84,9 @@ def test_shipped_philly_cluster_matches_its_generator() -> None:
     assert body == cluster_yaml(philly_cluster()).splitlines()
 
 
-@pytest.mark.skipif(not HAS_SIM_READERS, reason="the simulator's readers are not there yet")
 def test_converted_traces_round_trip_through_the_simulator_reader(
     philly_csv: Path, alibaba_pods_csv: Path
 ) -> None:
-    from jpushare.sim.cluster_file import load_cluster
-    from jpushare.sim.trace_file import check_tiers, parse_trace
 
     cases = [
         (load_philly(philly_csv, PhillyOptions(window_s=10 * DAY_S))[0], "philly-cluster.yaml"),
