@@ -27,7 +27,7 @@ import statistics
 import tempfile
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +35,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+# The same world as the store benchmark (tiers, 20 labs, Philly-like job sizes).
+from bench_store import DEFAULT_URL, T0, populate
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, InventoryMemo, run_cycle
-from jpushare.executors.base import GpuGroup, LaunchSpec, NodeState, RunInfo, RunState
-from jpushare.policy import Tier
+from jpushare.executors.base import GpuGroup, LaunchSpec, RunInfo, RunState
 from jpushare.store.observations import PlacementObservation
-from jpushare.store.schema import Job, JobEvent, Lab
-
-TIERS = (
-    Tier("rtx3080ti", 34.1, 10),
-    Tier("rtx4090", 82.6, 20),
-    Tier("rtx5090", 104.8, 30),
-)
-SIZES = [1] * 80 + [2] * 3 + [4] * 6 + [8] * 11
-DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
+from jpushare.store.schema import Job, JobEvent
 
 
 @dataclass
@@ -79,45 +71,6 @@ class FakeExecutor:
 
     def log(self, job_id: str, attempt: int) -> str:
         return ""
-
-
-def populate(sessions: sessionmaker[Session], n_jobs: int, n_nodes: int) -> list[GpuGroup]:
-    rng = random.Random(1)
-    groups = [
-        GpuGroup(f"node-{i:04d}", TIERS[i % len(TIERS)].name, 8, 8, NodeState.UP)
-        for i in range(n_nodes)
-    ]
-    with sessions.begin() as s:
-        store.upsert_tiers(s, TIERS)
-        store.sync_inventory(s, groups, T0)
-        users = []
-        for i in range(20):
-            store.create_lab(s, f"lab{i:02d}", T0)
-            users.append(store.create_user(s, f"user{i:02d}", f"lab{i:02d}", "student", T0))
-            s.execute(
-                sa.update(Lab)
-                .where(Lab.name == f"lab{i:02d}")
-                .values(cumulative_usage=rng.uniform(0, 1e9))
-            )
-        rows = []
-        for j in range(n_jobs):
-            user = rng.choice(users)
-            entered = T0 + timedelta(seconds=rng.uniform(0, 1e5))
-            rows.append(
-                {
-                    "name": f"job{j}",
-                    "command": "python train.py",
-                    "user_id": user.id,
-                    "lab_id": user.lab_id,
-                    "num_gpus": rng.choice(SIZES),
-                    "minimum_tier_sort_order": rng.choice([10, 10, 10, 20, 30]),
-                    "state": "GLOBAL_QUEUE_WAIT",
-                    "submitted_at": entered,
-                    "queue_entered_at": entered,
-                }
-            )
-        s.execute(sa.insert(Job), rows)
-    return groups
 
 
 def with_used(groups: list[GpuGroup], state: str) -> list[GpuGroup]:
