@@ -163,41 +163,21 @@ def end_job(
     job = _active(session, job_id, attempt)
     if job is None:
         return None
-    cost = _attempt_cost(session, job, ended_at, started_at)
-    ok = guarded_update(
+    return _close_attempt(
         session,
-        job_id,
-        job.state,
-        Job.attempts == job.attempts,
-        state=state.value,
-        ended_at=ended_at,
-        started_at=job.started_at or started_at,
-        exit_code=exit_code,
-        reason=reason,
-        run_cost=Job.run_cost + cost,
+        job,
+        ended_at,
+        started_at,
+        _END_KINDS[state],
+        state,
+        {
+            "ended_at": ended_at,
+            "started_at": job.started_at or started_at,
+            "exit_code": exit_code,
+            "reason": reason,
+        },
+        {"exit_code": exit_code, "reason": reason},
     )
-    if not ok:
-        return None
-    add_events(
-        session,
-        [
-            event_row(
-                job_id,
-                ended_at,
-                _END_KINDS[state],
-                job.state,
-                state.value,
-                {
-                    "exit_code": exit_code,
-                    "reason": reason,
-                    "attempt": job.attempts,
-                    "run_cost": cost,
-                },
-            )
-        ],
-    )
-    charged = charge_lab(session, job_id, ended_at)
-    return Ended(get_job(session, job_id), charged)
 
 
 def fail_dispatch(
@@ -334,45 +314,54 @@ def _requeue(
     values: dict[str, Any],
     detail: dict[str, Any],
 ) -> Ended | None:
+    return _close_attempt(
+        session,
+        job,
+        ended_at,
+        started_at,
+        kind,
+        JobState.GLOBAL_QUEUE_WAIT,
+        {"reason": reason, "exit_code": exit_code, **_CLEARED_PLACEMENT, **values},
+        {
+            "reason": reason,
+            "node": job.node_name,
+            "tier": tier_name(session, job.tier_id),
+            "exit_code": exit_code,
+            **values,
+            **detail,
+        },
+    )
+
+
+def _close_attempt(
+    session: Session,
+    job: LockedJob,
+    ended_at: datetime,
+    started_at: datetime | None,
+    kind: EventKind,
+    to_state: JobState,
+    values: dict[str, Any],
+    detail: dict[str, Any],
+) -> Ended | None:
+    """End the job's current attempt: add its run cost, move it to `to_state` (ended, or
+    back to the queue), record the event and charge the lab, all in this transaction."""
     cost = _attempt_cost(session, job, ended_at, started_at)
     ok = guarded_update(
         session,
         job.id,
         job.state,
         Job.attempts == job.attempts,
-        state=JobState.GLOBAL_QUEUE_WAIT.value,
-        reason=reason,
-        exit_code=exit_code,
+        state=to_state.value,
         run_cost=Job.run_cost + cost,
-        **_CLEARED_PLACEMENT,
         **values,
     )
     if not ok:
         return None
-    add_events(
-        session,
-        [
-            event_row(
-                job.id,
-                ended_at,
-                kind,
-                job.state,
-                JobState.GLOBAL_QUEUE_WAIT.value,
-                {
-                    "reason": reason,
-                    "attempt": job.attempts,
-                    "node": job.node_name,
-                    "tier": tier_name(session, job.tier_id),
-                    "run_cost": cost,
-                    "exit_code": exit_code,
-                    **values,
-                    **detail,
-                },
-            )
-        ],
-    )
+    event = {"attempt": job.attempts, "run_cost": cost, **detail}
+    add_events(session, [event_row(job.id, ended_at, kind, job.state, to_state.value, event)])
     charged = charge_lab(session, job.id, ended_at)
-    return Ended(get_job(session, job.id), charged, requeued=True)
+    requeued = to_state is JobState.GLOBAL_QUEUE_WAIT
+    return Ended(get_job(session, job.id), charged, requeued=requeued)
 
 
 def cancel_job(
