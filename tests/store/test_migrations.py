@@ -127,7 +127,10 @@ def test_check_constraints_reject_bad_rows(engine: sa.Engine, column: str, value
             {"t": "2026-01-01 00:00:00"},
         )
         connection.execute(
-            sa.text("INSERT INTO users (name, lab_id, role, created_at) VALUES ('u', 1, 'pi', :t)"),
+            sa.text(
+                "INSERT INTO users (name, lab_id, role, unix_user, created_at)"
+                " VALUES ('u', 1, 'pi', 'u', :t)"
+            ),
             {"t": "2026-01-01 00:00:00"},
         )
     row = {
@@ -163,7 +166,8 @@ def test_role_must_be_student_pi_or_admin(engine: sa.Engine) -> None:
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as connection:
         connection.execute(
             sa.text(
-                "INSERT INTO users (name, lab_id, role, created_at) VALUES ('u', 1, 'root', :t)"
+                "INSERT INTO users (name, lab_id, role, unix_user, created_at)"
+                " VALUES ('u', 1, 'root', 'u', :t)"
             ),
             {"t": "2026-01-01 00:00:00"},
         )
@@ -182,9 +186,40 @@ def test_sqlite_connections_enforce_foreign_keys_and_use_wal(tmp_path: Path) -> 
         with pytest.raises(sa.exc.IntegrityError), engine.begin() as connection:
             connection.execute(
                 sa.text(
-                    "INSERT INTO users (name, lab_id, role, created_at) VALUES ('u', 42, 'pi', :t)"
+                    "INSERT INTO users (name, lab_id, role, unix_user, created_at)"
+                    " VALUES ('u', 42, 'pi', 'u', :t)"
                 ),
                 {"t": "2026-01-01 00:00:00"},
             )
+    finally:
+        engine.dispose()
+
+
+def test_revision_0003_names_each_existing_user_s_unix_account_after_the_user(
+    empty_db_url: str,
+) -> None:
+    """Users from before jobs ran as their owner keep a Unix account: their own name."""
+    upgrade(empty_db_url, "0002")
+    engine = make_engine(empty_db_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sa.text("INSERT INTO labs (id, name, created_at) VALUES (1, 'kdg', :t)"),
+                {"t": "2026-01-01 00:00:00"},
+            )
+            connection.execute(
+                sa.text(
+                    "INSERT INTO users (name, lab_id, role, created_at)"
+                    " VALUES ('alice', 1, 'student', :t)"
+                ),
+                {"t": "2026-01-01 00:00:00"},
+            )
+        upgrade(empty_db_url)
+        with engine.connect() as connection:
+            row = connection.execute(sa.text("SELECT name, unix_user FROM users")).one()
+        assert tuple(row) == ("alice", "alice")
+        downgrade(empty_db_url, "0002")
+        sa.inspect(engine).clear_cache()
+        assert "unix_user" not in {c["name"] for c in sa.inspect(engine).get_columns("users")}
     finally:
         engine.dispose()

@@ -69,16 +69,28 @@ def list_labs(session: Session) -> list[LabRecord]:
 
 
 def _user_record(user: User, lab_name: str) -> UserRecord:
-    return UserRecord(user.id, user.name, user.lab_id, lab_name, user.role, user.created_at)
+    return UserRecord(
+        user.id, user.name, user.lab_id, lab_name, user.role, user.created_at, user.unix_user
+    )
 
 
 def create_user(
-    session: Session, name: str, lab: str, role: Role | str, now: datetime
+    session: Session,
+    name: str,
+    lab: str,
+    role: Role | str,
+    now: datetime,
+    unix_user: str | None = None,
 ) -> UserRecord:
-    """A user of lab `lab` (by name) with role student | pi | admin."""
+    """A user of lab `lab` (by name) with role student | pi | admin, whose jobs run as the
+    Unix account `unix_user` (default: the user's name). Whether that account exists is the
+    caller's check (the system's account database is I/O, not the store's)."""
     name = name.strip()
     if not name:
         raise InvalidRequest("a user needs a name")
+    unix_user = name if unix_user is None else unix_user.strip()
+    if not unix_user or len(unix_user) > 64:
+        raise InvalidRequest("a Unix account name has 1 to 64 characters")
     try:
         role = Role(role)
     except ValueError as exc:
@@ -88,7 +100,7 @@ def create_user(
         raise NotFound("lab", lab)
     if session.scalars(select(User.id).where(User.name == name)).first() is not None:
         raise AlreadyExists("user", name)
-    user = User(name=name, lab_id=lab_row.id, role=role.value, created_at=now)
+    user = User(name=name, lab_id=lab_row.id, role=role.value, unix_user=unix_user, created_at=now)
     session.add(user)
     try:
         session.flush()
@@ -139,7 +151,7 @@ def issue_token(session: Session, user_id: int, now: datetime, label: str = "") 
 # The token's user and lab in one prepared statement (Core, no ORM objects): every API
 # request runs it.
 _AUTHENTICATE = (
-    select(User.id, User.name, User.lab_id, Lab.name, User.role, User.created_at)
+    select(User.id, User.name, User.lab_id, Lab.name, User.role, User.created_at, User.unix_user)
     .join(ApiToken, ApiToken.user_id == User.id)
     .join(Lab, Lab.id == User.lab_id)
     .where(ApiToken.token_hash == bindparam("token_hash"), ApiToken.revoked_at.is_(None))

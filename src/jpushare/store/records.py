@@ -30,6 +30,7 @@ class UserRecord:
     lab_name: str
     role: str  # Role value
     created_at: datetime
+    unix_user: str  # the account its jobs run as and MUNGE credentials map to
 
 
 @dataclass(frozen=True, slots=True)

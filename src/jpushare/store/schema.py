@@ -115,6 +115,12 @@ class EventKind(StrEnum):
     CHARGED = "charged"  # detail: tflop_s added to the lab and the job's bill so far
 
 
+_RESOURCES_CHECK = (
+    "(cpus_per_gpu IS NULL OR cpus_per_gpu >= 1)"
+    " AND (mem_per_gpu_mb IS NULL OR mem_per_gpu_mb >= 1)"
+)
+
+
 def _in(column: str, values: tuple[str, ...]) -> str:
     quoted = ", ".join("'" + str(v) + "'" for v in values)
     return f"{column} IN ({quoted})"
@@ -146,6 +152,8 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     lab_id: Mapped[int] = mapped_column(ForeignKey("labs.id", ondelete="RESTRICT"), index=True)
     role: Mapped[str] = mapped_column(String(16))
+    # The Unix account the user's jobs run as and MUNGE credentials map to (default: name).
+    unix_user: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime]
 
 
@@ -169,6 +177,7 @@ class GpuTier(Base):
     __table_args__ = (
         CheckConstraint("tflops > 0", name="tflops_positive"),
         CheckConstraint("max_gpus BETWEEN 1 AND 8", name="max_gpus"),
+        CheckConstraint(_RESOURCES_CHECK, name="resources"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -178,6 +187,9 @@ class GpuTier(Base):
     max_gpus: Mapped[int] = mapped_column(Integer, server_default=text("8"))
     auto_assign: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
     partition: Mapped[str | None] = mapped_column(Text)
+    # Defaults for a job that asks for none (sbatch --cpus-per-gpu / --mem-per-gpu).
+    cpus_per_gpu: Mapped[int | None] = mapped_column(Integer)
+    mem_per_gpu_mb: Mapped[int | None] = mapped_column(Integer)
 
 
 class Node(Base):
@@ -224,6 +236,7 @@ class Job(Base):
         CheckConstraint("num_gpus BETWEEN 1 AND 8", name="num_gpus"),
         CheckConstraint(_in("state", JOB_STATES), name="state"),
         CheckConstraint("attempts >= 0", name="attempts"),
+        CheckConstraint(_RESOURCES_CHECK, name="resources"),
         CheckConstraint("reserved_gpus >= 0 AND reserved_gpus <= num_gpus", name="reserved_gpus"),
         # A reservation is all of its columns or none, and only a queued job holds one.
         CheckConstraint(
@@ -254,6 +267,14 @@ class Job(Base):
     num_gpus: Mapped[int] = mapped_column(Integer)
     minimum_tier_sort_order: Mapped[int] = mapped_column(Integer)
     time_limit_s: Mapped[float | None] = mapped_column(Double)
+    # Where and with what the job runs, as its owner (sbatch's --chdir, --export, --output,
+    # --error, --cpus-per-gpu, --mem-per-gpu). NULL on jobs from before revision 0003.
+    workdir: Mapped[str | None] = mapped_column(Text)
+    environment: Mapped[dict[str, Any] | None]
+    output_path: Mapped[str | None] = mapped_column(Text)  # may hold %j (job) and %a (attempt)
+    error_path: Mapped[str | None] = mapped_column(Text)  # NULL: stderr goes with stdout
+    cpus_per_gpu: Mapped[int | None] = mapped_column(Integer)  # NULL: the tier's default
+    mem_per_gpu_mb: Mapped[int | None] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(32))
     # Times (aware UTC). queue_entered_at survives OOM / node-failure requeues (SPEC §5).
     submitted_at: Mapped[datetime]
