@@ -78,10 +78,11 @@ def sentence(code: str, facts: Facts, projection: Projection) -> str:
     return _facts(code, facts) + _projection(code, facts, projection)
 
 
-def _who(f: Facts) -> str:
+def _who(f: Facts, name_the_top: bool = True) -> str:
     if f.rank == 0:
         return "It is the top job"
-    return f"It is ranked {f.rank + 1} of {f.queue_length} behind top job {f.top_job_id}"
+    top = f" behind top job {f.top_job_id}" if name_the_top else ""
+    return f"It is ranked {f.rank + 1} of {f.queue_length}{top}"
 
 
 def _held(res: Reservation, n: int) -> str:
@@ -125,7 +126,7 @@ def _facts(code: str, f: Facts) -> str:
     if code == WhyCode.BEHIND_RESERVATION and f.blocking is not None:
         job, held = f.blocking
         return (
-            f"{_who(f)}; the idle GPUs it could use are reserved by top job {job} "
+            f"{_who(f, False)}; the idle GPUs it could use are reserved by the top job {job} "
             f"({gpus(held.gpus)} on {held.node}, {held.tier}, since "
             f"{when(from_epoch(held.since))}), which no lower-ranked job may take (R4)."
         )
