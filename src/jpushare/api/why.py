@@ -74,6 +74,7 @@ class QueueView:
     queued: Mapping[str, QueuedJob]
     planned: Mapping[str, tuple[Action, ...]]  # per job, what the next cycle would do
     held: Mapping[PlacementKey, tuple[QueuedJob, ...]]  # recorded reservations per placement
+    r3_releases: Mapping[PlacementKey, tuple[ReleaseReservation, ...]]  # next cycle's R3
     tiers: Mapping[str, Tier]
     _tables: dict[tuple[int, int], FitTable] = field(default_factory=dict)
 
@@ -85,8 +86,11 @@ class QueueView:
             if job.reservation is not None:
                 held[(job.reservation.node, job.reservation.tier)].append(job)
         planned: dict[str, list[Action]] = defaultdict(list)
+        r3: dict[PlacementKey, list[ReleaseReservation]] = defaultdict(list)
         for action in decisions.actions:
             planned[action.job_id].append(action)
+            if isinstance(action, ReleaseReservation) and action.reason is ReleaseReason.R3:
+                r3[(action.node, action.tier)].append(action)
         return cls(
             snapshot=snapshot,
             decisions=decisions,
@@ -94,6 +98,7 @@ class QueueView:
             queued={q.job_id: q for q in snapshot.queue},
             planned={job: tuple(actions) for job, actions in planned.items()},
             held={key: tuple(jobs) for key, jobs in held.items()},
+            r3_releases={key: tuple(rs) for key, rs in r3.items()},
             tiers={t.name: t for t in snapshot.tiers},
         )
 
@@ -246,12 +251,8 @@ def _freed_by(
         for a in planned
         if isinstance(a, Dispatch | StartReservation | AbsorbReservation)
     }
-    if not keys:
-        return ()
     return tuple(
-        r
-        for r in view.decisions.releases()
-        if r.job_id != job_id and r.reason is ReleaseReason.R3 and (r.node, r.tier) in keys
+        r for key in sorted(keys) for r in view.r3_releases.get(key, ()) if r.job_id != job_id
     )
 
 
