@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
+from jpushare.api import create_app
+from jpushare.dispatcher.cycle import CycleDeps
+from jpushare.policy import decide
+from jpushare.store.observations import load_observed_busy
 from jpushare.store.schema import Lab
 from tests.api.conftest import ALL_BUSY, T0, ApiWorld
+from tests.database import sessions  # noqa: F401
+from tests.dispatcher.conftest import Rig, init_cluster, local_executor, waits_for
 
 
 def queue(api: ApiWorld, user: str = "bob") -> list[tuple[int, int, str]]:
@@ -411,3 +422,90 @@ def test_idle_gpus_that_a_higher_ranked_job_takes_first(api: ApiWorld) -> None:
         "the next cycle the jobs ranked above it will take those GPUs first, leaving at most 0 "
         "idle on one of its fit placements."
     )
+
+
+# --- with the real dispatcher cycle and its recorded observation ------------------------------
+
+
+@pytest.fixture
+def rig_api(
+    sessions: sessionmaker[Session],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> Iterator[tuple[Rig, TestClient, dict[str, str]]]:
+    """The dispatcher tests' rig (2 x 4090 on node-a, 1 x 3080 Ti on node-b, a local
+    executor) and the API as `serve` builds it: busy GPUs from `placement_observations`."""
+    users = init_cluster(sessions)
+    executor = local_executor(tmp_path / "executor")
+    rig = Rig(sessions, users, executor, CycleDeps(sessions, executor), tmp_path)
+    with sessions.begin() as s:
+        token = store.issue_token(s, users["alice"].id, store.utc_now(), "test").secret
+    app = create_app(sessions, executor=executor, observed_busy=load_observed_busy)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            yield rig, client, {"Authorization": f"Bearer {token}"}
+    finally:
+        for run in executor.runs():
+            if not run.state.ended:
+                executor.cancel(run.executor_id)
+
+
+def test_a_dispatcher_cycle_records_what_why_then_states(
+    rig_api: tuple[Rig, TestClient, dict[str, str]],
+) -> None:
+    rig, client, auth = rig_api
+    first = rig.submit("alice", 1, command=waits_for(rig.flag("first")))
+    rig.cycle_until(rig.state_is(first, "RUNNING"), "the first job runs")
+    big = rig.submit("bob", 2)  # needs node-a's 2 x 4090; one is busy
+
+    def ask() -> dict[str, Any]:
+        body: dict[str, Any] = client.get(f"/v1/jobs/{big}/why", headers=auth).json()
+        places = client.get("/v1/placements", headers=auth).json()["data"]
+        node_a = next(p for p in places if p["node"] == "node-a")
+        assert body["placements"][0] == {k: node_a[k] for k in body["placements"][0]}
+        return body
+
+    w = ask()
+    assert (w["code"], w["reservation"]) == ("WAITING_FOR_GPUS", None)
+    assert w["next_cycle"] == [planned("reserve", "node-a", "rtx4090", 1)]
+    assert not STAMP.search(w["sentence"])
+    assert [(r["busy"], r["reserved"], r["idle"]) for r in w["placements"]] == [(1, 0, 1)]
+
+    rig.cycle()
+    since = rig.job(big).reservation_since
+    assert since is not None
+    w = ask()
+    assert w["code"] == "RESERVING" and w["next_cycle"] == []
+    assert datetime.fromisoformat(w["reservation"]["since"]) == since
+    assert f"since {since:%Y-%m-%d %H:%M:%S} UTC" in w["sentence"]
+    assert [(r["busy"], r["reserved"], r["idle"]) for r in w["placements"]] == [(1, 1, 0)]
+    rig.cycle()  # a later cycle accrues the reservation's cost; its start stays recorded
+    assert ask()["reservation"] == w["reservation"]
+
+    # The cycle that sees the first job end fills the reservation and dispatches the job.
+    rig.flag("first").touch()
+    rig.cycle_until(rig.state_is(big, "DISPATCHED", "RUNNING", "COMPLETED"), "big starts")
+    w = client.get(f"/v1/jobs/{big}/why", headers=auth).json()
+    assert w["code"] in ("DISPATCHED", "RUNNING", "COMPLETED") and w["next_cycle"] == []
+    assert "node-a (rtx4090)" in w["sentence"]
+
+
+def test_a_job_dispatched_while_why_reads_is_answered_from_one_state(
+    api: ApiWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cycle commits between the route's read of the job and its snapshot. PostgreSQL's
+    # READ COMMITTED shows the snapshot without the job; SQLite reads one snapshot throughout.
+    job = api.submit("alice", 2)
+    real = store.load_snapshot
+
+    def cycle_then_load(*args: Any, **kwargs: Any) -> Any:
+        now = api.clock()
+        with api.sessions.begin() as s:  # a dispatcher cycle (api.cycle would call us)
+            store.record_decisions(s, decide(real(s, now, api.observed(s))), now)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "load_snapshot", cycle_then_load)
+    w = why(api, job)
+    if api.sessions.kw["bind"].dialect.name == "postgresql":
+        assert w["code"] == "DISPATCHED" and w["sentence"].startswith("DISPATCHED to node-c")
+    else:
+        assert w["code"] == "STARTING" and w["dispatch"]["node"] == "node-c"
