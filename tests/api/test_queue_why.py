@@ -161,6 +161,9 @@ def test_a_drained_node_releases_the_reservation_r5(api: ApiWorld) -> None:
     assert r.status_code == 200 and r.json()["drained"] is True
     p = placement(api, "node-c", "rtx5090")
     assert not p["schedulable"] and p["drained"] and p["drain_reason"] == "fan"
+    w = why(api, job)  # still held until a cycle releases it
+    assert w["reservation"]["node"] == "node-c" and p["reservations"][0]["job_id"] == job
+    assert w["next_cycle"] == [planned("release", "node-c", "rtx5090", 2, reason="r5")]
     api.clock.advance(5)
     api.cycle()
     assert api.get(f"/v1/jobs/{job}").json()["reservation"] is None
@@ -509,3 +512,29 @@ def test_a_job_dispatched_while_why_reads_is_answered_from_one_state(
         assert w["code"] == "DISPATCHED" and w["sentence"].startswith("DISPATCHED to node-c")
     else:
         assert w["code"] == "STARTING" and w["dispatch"]["node"] == "node-c"
+
+
+def test_a_reservation_lost_to_r5_moves_at_the_next_cycle(api: ApiWorld) -> None:
+    api.busy.update(ALL_BUSY)
+    api.busy[("node-c", "rtx5090")] = 2
+    job = api.submit("bob", 4)
+    api.cycle()  # reserves node-c's 2 idle 5090s
+    api.post("/v1/admin/nodes/node-c/drain", "root", json={"reason": "fan"})
+    api.busy[("node-b", "rtx4090")] = 3
+    w = agree(api)[job]
+    assert w["code"] == "RESERVING" and w["reservation"]["node"] == "node-c"
+    assert w["next_cycle"] == [
+        planned("release", "node-c", "rtx5090", 2, reason="r5"),
+        planned("reserve", "node-b", "rtx4090", 1),
+    ]
+    assert w["sentence"].endswith(
+        "At the next cycle its reservation will be released, as its placement is down, drained, "
+        "gone or too small for it now (R5), and it will reserve 1 GPU on node-b (rtx4090) and "
+        "wait there for 3 more, or start at once where 4 are idle."
+    )
+    api.clock.advance(5)
+    api.cycle()
+    w = agree(api)[job]
+    assert w["reservation"] == {
+        "node": "node-b", "tier": "rtx4090", "gpus": 1, "of": 4, "since": "2026-01-05T09:00:05Z",
+    }  # fmt: skip

@@ -108,9 +108,14 @@ def _facts(code: str, f: Facts) -> str:
             f"cancel it.{f' It {_held(res, n)}.' if res is not None else ''}"
         )
     if code == WhyCode.NO_SCHEDULABLE_PLACEMENT:
+        where = (
+            f"The only placement that can hold {gpus(n)} is on a node that is"
+            if f.fit_placements == 1
+            else f"All {f.fit_placements} placements that can hold {gpus(n)} are on nodes that are"
+        )
+        who = _who(f)
         return (
-            f"All {f.fit_placements} placements that can hold {gpus(n)} are on nodes that are "
-            f"down or drained; {_who(f)[0].lower()}{_who(f)[1:]}{holds} and waits for a node "
+            f"{where} down or drained; {who[0].lower()}{who[1:]}{holds} and waits for a node "
             "to return."
         )
     if code == STARTING:
