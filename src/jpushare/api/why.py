@@ -180,24 +180,15 @@ def answer(view: QueueView, job_id: str) -> QueuedAnswer:
     planned = view.planned.get(job_id, ())
     top = view.decisions.order[0]
     # The policy's blocker is the top job's reservation as the next cycle leaves it; it is a
-    # fact only where the top job holds that reservation now.
+    # fact only where the top job holds a reservation on that placement now.
     blocker = None
-    if why is not None and why.blocking_job_id is not None:
+    if why is not None and why.blocking_job_id is not None and why.blocking_reservation:
         blocker = (why.blocking_job_id, why.blocking_reservation)
     recorded_blocker = None
     if blocker is not None:
-        top_res = view.queued[blocker[0]].reservation
-        b = blocker[1]
-        if (
-            top_res is not None
-            and b is not None
-            and (top_res.node, top_res.tier)
-            == (
-                b.node,
-                b.tier,
-            )
-        ):
-            recorded_blocker = (blocker[0], top_res)
+        held = view.queued[blocker[0]].reservation
+        if held is not None and (held.node, held.tier) == (blocker[1].node, blocker[1].tier):
+            recorded_blocker = (blocker[0], held)
     facts = Facts(
         rank=rank,
         queue_length=len(view.decisions.order),
@@ -212,9 +203,7 @@ def answer(view: QueueView, job_id: str) -> QueuedAnswer:
     projection = Projection(
         actions=planned,
         freed_by=_freed_by(view, job_id, planned),
-        blocker=(
-            (blocker[0], blocker[1]) if blocker is not None and blocker[1] is not None else None
-        ),
+        blocker=blocker,
         best_idle=why.best_idle if why is not None else table.best_idle,
     )
     code = _code(why.code if why is not None else None, facts)
