@@ -9,19 +9,36 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from jpushare import store
 from jpushare.api import create_app
 from jpushare.client import ApiError, Client
 from jpushare.client.cli import main
+from jpushare.policy import decide
 from tests.api.conftest import ALL_BUSY, Clock, build_world
 from tests.client.server import running_server
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 
 
 class Served:
-    def __init__(self, url: str, tokens: dict[str, str], busy: dict[tuple[str, str], int]):
+    def __init__(
+        self,
+        url: str,
+        tokens: dict[str, str],
+        busy: dict[tuple[str, str], int],
+        factory: sessionmaker[Session],
+        clock: Clock,
+    ):
         self.url = url
         self.tokens = tokens
         self.busy = busy
+        self.sessions = factory
+        self.clock = clock
+
+    def cycle(self) -> None:
+        """One dispatcher cycle's database work (as tests/api's `ApiWorld.cycle`)."""
+        with self.sessions.begin() as s:
+            now = self.clock()
+            store.record_decisions(s, decide(store.load_snapshot(s, now, self.busy)), now)
 
 
 @pytest.fixture
@@ -39,7 +56,7 @@ def served(
     (tmp_path / "client.json").write_text("{}")
     monkeypatch.setenv("JPUSHARE_CLIENT_CONFIG", str(tmp_path / "client.json"))
     with running_server(app) as url:
-        yield Served(url, tokens, busy)
+        yield Served(url, tokens, busy, sessions, clock)
 
 
 def cli(
@@ -83,16 +100,29 @@ def test_submit_jobs_queue_why_cancel(
     ]  # fmt: skip
     assert len(lines) == 2 and lines[1].split()[:4] == ["1", "big", "alice", "alpha"]
 
+    # Before any cycle: nothing is reserved; the next cycle's reservation is a projection.
     assert main(["queue"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["RANK", "JOB", "NAME"]
+    assert "RESERVED  NEXT CYCLE" in lines[0]
     assert [line.split()[:2] for line in lines[1:]] == [["1", "1"], ["2", "2"]]
-    assert "RESERVING" in lines[1] and "BEHIND_RESERVATION" in lines[2]
+    assert "  -  " in lines[1] and "reserve 2 node-c/rtx5090  WAITING_FOR_GPUS" in lines[1]
+    assert main(["why", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("job 2: WAITING_FOR_GPUS (rank 2 of 2)")
+    assert "At the next cycle top job 1 will reserve 2 GPUs on node-c (rtx5090)" in out
 
+    served.cycle()
+    assert main(["queue"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "2/4 node-c/rtx5090  -           RESERVING" in lines[1]
+    assert "BEHIND_RESERVATION" in lines[2]
     assert main(["why", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("job 2: BEHIND_RESERVATION (rank 2 of 2)")
     assert "reserved by the top job 1" in out and "fit placements:" in out
+    row = next(line for line in out.splitlines() if "node-c  rtx5090" in line)
+    assert row.split()[2:] == ["4", "2", "2", "0", "yes", "job", "1:", "2/4"]
 
     # bob may not cancel alice's job: one line, exit 1, no traceback.
     code, out, err = cli(served, "bob", "cancel", "1", capsys=capsys)

@@ -104,6 +104,29 @@ def reserved_by_placement(held: Sequence[HeldReservation]) -> dict[PlacementKey,
     return dict(out)
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementCounts:
+    """One placement's GPUs as recorded now: busy (the dispatcher's last observation),
+    reserved (the queued jobs' reservations) and idle (neither, on an up node)."""
+
+    busy: int
+    reserved: int
+    idle: int
+    unavailable: int  # neither busy nor reserved, on a node that is down or drained
+
+
+def placement_counts(p: Placement, reserved: int) -> PlacementCounts:
+    """The one definition `placements`, `why` and /metrics share, so they always agree.
+
+    Reserved GPUs taken by jobs outside JPU-Share (busy + reserved > capacity, until the
+    next cycle releases the reservation by R5) count as busy, not twice.
+    """
+    busy = min(p.busy, p.capacity)
+    held = min(reserved, p.capacity - busy)
+    rest = max(0, p.capacity - busy - held)
+    return PlacementCounts(busy, held, rest if p.schedulable else 0, 0 if p.schedulable else rest)
+
+
 def tier_gpus(
     placements: Sequence[Placement], reserved: Mapping[PlacementKey, int]
 ) -> dict[str, TierGpus]:
@@ -111,15 +134,12 @@ def tier_gpus(
     sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     for p in placements:
         s = sums[p.tier]
-        busy = min(p.busy, p.capacity)
-        held = min(reserved.get(p.key, 0), p.capacity - busy)
+        c = placement_counts(p, reserved.get(p.key, 0))
         s[0] += p.capacity
-        s[1] += busy
-        s[2] += held
-        if p.schedulable:
-            s[3] += max(0, p.capacity - busy - held)
-        else:
-            s[4] += max(0, p.capacity - busy - held)
+        s[1] += c.busy
+        s[2] += c.reserved
+        s[3] += c.idle
+        s[4] += c.unavailable
     return {tier: TierGpus(*v) for tier, v in sums.items()}
 
 

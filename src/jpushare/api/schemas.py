@@ -135,8 +135,16 @@ class LogPublic(BaseModel):
 # --- why and the queue ---------------------------------------------------------------------
 
 
+class PlacementReservation(BaseModel):
+    job_id: int
+    gpus: int
+    of: int
+    since: datetime | None
+
+
 class PlacementView(BaseModel):
-    """One placement's numbers as a waiting job sees them (SPEC §8)."""
+    """One fit placement's numbers as recorded now (SPEC §8): the same figures, computed the
+    same way, as `GET /v1/placements` shows, with the reservations held there."""
 
     node: str
     tier: str
@@ -145,9 +153,12 @@ class PlacementView(BaseModel):
     reserved: int
     idle: int
     schedulable: bool
+    reservations: list[PlacementReservation] = Field(default_factory=list)
 
 
 class BlockingPublic(BaseModel):
+    """The recorded reservation of the top job that holds GPUs this job could use (R4)."""
+
     job_id: int
     reservation: ReservationPublic
 
@@ -158,12 +169,32 @@ class DispatchPublic(BaseModel):
     num_gpus: int
 
 
+class PlannedActionPublic(BaseModel):
+    """One thing the next dispatch cycle would do for a job: the policy run on what is
+    recorded now, a projection and not a record. It carries no time: it happens when that
+    cycle runs, if nothing changes before (a job ending, a submission, a node going down)."""
+
+    action: Literal["start", "reserve", "absorb", "release"]
+    node: str
+    tier: str
+    gpus: int = Field(description="GPUs it would start on, reserve, add, or release")
+    reserved_after: int | None = Field(
+        default=None, description="absorb: the reservation's size afterwards"
+    )
+    reason: str | None = Field(default=None, description="release: filled, swap, r3 or r5")
+
+
 class WhyPublic(BaseModel):
     """The answer to "why isn't my job running?" (SPEC §8), with the numbers behind it.
 
-    For a queued job `code` is the policy's WhyCode (or STARTING when the next cycle will
-    dispatch it) and `rank` is 1 for the top job; for any other job `code` is its state and
-    the sentence says what happened, from its history.
+    For a queued job, what is recorded is stated as fact: `rank` (1 for the top job), its
+    `reservation`, the `blocking` reservation, the `placements` table and `best_idle` (the
+    most idle GPUs on one fit placement, from that table). `next_cycle` (and `dispatch`, where
+    it would start) is what the next cycle would do, a projection; the sentence says both,
+    the projection as "at the next cycle …". `code` is the policy's WhyCode for the job as
+    it is now (RESERVING only for a recorded reservation), or STARTING when the next cycle
+    would dispatch it. For any other job `code` is its state and the sentence says what
+    happened, from its history.
     """
 
     job_id: int
@@ -181,6 +212,7 @@ class WhyPublic(BaseModel):
     reservation: ReservationPublic | None = None
     blocking: BlockingPublic | None = None
     dispatch: DispatchPublic | None = None
+    next_cycle: list[PlannedActionPublic] = Field(default_factory=list)
     placements: list[PlacementView] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list, description="earlier events worth knowing")
 
@@ -195,7 +227,8 @@ class QueueEntryPublic(BaseModel):
     num_gpus: int
     min_tier: str | None
     queue_entered_at: datetime
-    reservation: ReservationPublic | None
+    reservation: ReservationPublic | None = Field(description="as recorded now")
+    next_cycle: list[PlannedActionPublic] = Field(description="a projection, as in why")
     code: str
     sentence: str
 
@@ -206,13 +239,6 @@ class QueuePublic(BaseModel):
     queue_length: int
     top_job_id: int | None
     computed_at: datetime
-
-
-class PlacementReservation(BaseModel):
-    job_id: int
-    gpus: int
-    of: int
-    since: datetime | None
 
 
 class PlacementPublic(BaseModel):

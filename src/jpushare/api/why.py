@@ -1,122 +1,272 @@
-"""The API's "why" and queue answers: the pure policy run on a fresh snapshot, or history.
+"""The API's "why" and queue answers: what is recorded, and what the next cycle would do.
 
-A queued job's answer comes from `decide()` on `store.load_snapshot(now, busy)`: the same
-function and the same inputs the dispatcher's next cycle will use, so the API cannot drift
-from the policy (nothing is recorded: the decisions are only read). Like the policy's own
-`Why`, it describes the job as it will be after that cycle's decisions (a reservation the
-cycle starts, absorbs into or releases is shown so). A job the next cycle would dispatch
-gets the code STARTING. Any other job's answer is its state and what its
-`job_events` history says (where it runs, how it ended, OOM retries, undone dispatches).
+Facts come from the database as the last cycle and the requests since left it, read once
+into a `store.load_snapshot` (one statement for the queue with its reservations, so they
+agree with each other at any instant): the rank order, each job's reservation and since
+when, busy GPUs from the dispatcher's last observation. The projection is `decide()` run
+on that same snapshot: what the next cycle would do if nothing changed before it runs
+(nothing is recorded: the decisions are only read). Answers state the facts and phrase
+the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
+figures with the same `queries.placement_counts`. A job that is not queued gets its state
+and what its `job_events` history says (where it runs, how it ended, OOM retries, undone
+dispatches).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from jpushare.api.queries import placement_counts
 from jpushare.api.schemas import (
     BlockingPublic,
     DispatchPublic,
+    PlacementReservation,
     PlacementView,
+    PlannedActionPublic,
     QueueEntryPublic,
     ReservationPublic,
     WhyPublic,
 )
-from jpushare.policy import Decisions, Dispatch, Reservation, Snapshot, Why, WhyCode, decide
+from jpushare.api.why_text import STARTING, Facts, Projection, sentence, when
+from jpushare.policy import (
+    AbsorbReservation,
+    Action,
+    Decisions,
+    Dispatch,
+    Placement,
+    QueuedJob,
+    ReleaseReason,
+    ReleaseReservation,
+    Reservation,
+    Snapshot,
+    StartReservation,
+    Tier,
+    WhyCode,
+    decide,
+)
 from jpushare.policy.fit import fit_placements
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import EventKind, JobState
 
-STARTING = "STARTING"  # queued, and the next cycle dispatches it (not a policy WhyCode)
+PlacementKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class FitTable:
+    """The fit placements of one (num_gpus, minimum tier) class, with recorded figures."""
+
+    rows: tuple[PlacementView, ...]
+    schedulable: int
+    best_idle: int  # the most idle GPUs on one of them now
 
 
 @dataclass(frozen=True, slots=True)
 class QueueView:
-    """One policy run on a snapshot, indexed for the API's questions."""
+    """The recorded queue (a snapshot) and the policy's next cycle on it, indexed."""
 
     snapshot: Snapshot
     decisions: Decisions
     ranks: Mapping[str, int]  # policy job id -> 0-based rank
-    dispatches: Mapping[str, Dispatch]  # jobs the next cycle would dispatch
-    reserved: Mapping[tuple[str, str], int]  # GPUs held by reservations per placement
+    queued: Mapping[str, QueuedJob]
+    planned: Mapping[str, tuple[Action, ...]]  # per job, what the next cycle would do
+    held: Mapping[PlacementKey, tuple[QueuedJob, ...]]  # recorded reservations per placement
+    r3_releases: Mapping[PlacementKey, tuple[ReleaseReservation, ...]]  # next cycle's R3
+    tiers: Mapping[str, Tier]
+    _tables: dict[tuple[int, int], FitTable] = field(default_factory=dict)
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> QueueView:
         decisions = decide(snapshot)
-        reserved: dict[tuple[str, str], int] = defaultdict(int)
-        for job in snapshot.queue:
+        held: dict[PlacementKey, list[QueuedJob]] = defaultdict(list)
+        for job in sorted(snapshot.queue, key=lambda q: int(q.job_id)):
             if job.reservation is not None:
-                reserved[(job.reservation.node, job.reservation.tier)] += job.reservation.gpus
+                held[(job.reservation.node, job.reservation.tier)].append(job)
+        planned: dict[str, list[Action]] = defaultdict(list)
+        r3: dict[PlacementKey, list[ReleaseReservation]] = defaultdict(list)
+        for action in decisions.actions:
+            planned[action.job_id].append(action)
+            if isinstance(action, ReleaseReservation) and action.reason is ReleaseReason.R3:
+                r3[(action.node, action.tier)].append(action)
         return cls(
             snapshot=snapshot,
             decisions=decisions,
             ranks={job_id: i for i, job_id in enumerate(decisions.order)},
-            dispatches={d.job_id: d for d in decisions.dispatches()},
-            reserved=dict(reserved),
+            queued={q.job_id: q for q in snapshot.queue},
+            planned={job: tuple(actions) for job, actions in planned.items()},
+            held={key: tuple(jobs) for key, jobs in held.items()},
+            r3_releases={key: tuple(rs) for key, rs in r3.items()},
+            tiers={t.name: t for t in snapshot.tiers},
         )
 
     @property
     def top_job_id(self) -> int | None:
         return int(self.decisions.order[0]) if self.decisions.order else None
 
+    def fit_table(self, num_gpus: int, min_sort_order: int) -> FitTable:
+        """Cached per class: a page of the queue has many jobs and few classes."""
+        key = (num_gpus, min_sort_order)
+        table = self._tables.get(key)
+        if table is None:
+            fit = fit_placements(num_gpus, min_sort_order, self.tiers, self.snapshot.placements)
+            rows = tuple(self._row(p) for p in fit)
+            table = FitTable(
+                rows,
+                sum(1 for r in rows if r.schedulable),
+                max((r.idle for r in rows), default=0),
+            )
+            self._tables[key] = table
+        return table
 
-def when(at: datetime | None) -> str:
-    """A time for a sentence: '2026-01-05 09:00:00 UTC'."""
-    if at is None:
-        return "an unknown time"
-    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    def _row(self, p: Placement) -> PlacementView:
+        jobs = self.held.get(p.key, ())
+        counts = placement_counts(p, sum(_gpus_held(j) for j in jobs))
+        return PlacementView(
+            node=p.node,
+            tier=p.tier,
+            capacity=p.capacity,
+            busy=counts.busy,
+            reserved=counts.reserved,
+            idle=counts.idle,
+            schedulable=p.schedulable,
+            reservations=[
+                PlacementReservation(
+                    job_id=int(j.job_id),
+                    gpus=_gpus_held(j),
+                    of=j.num_gpus,
+                    since=_since(j.reservation),
+                )
+                for j in jobs
+            ],
+        )
 
 
-def _duration(seconds: float) -> str:
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+def _gpus_held(job: QueuedJob) -> int:
+    return job.reservation.gpus if job.reservation is not None else 0
+
+
+def _since(res: Reservation | None) -> datetime | None:
+    return from_epoch(res.since) if res is not None else None
 
 
 def _reservation(res: Reservation | None, num_gpus: int) -> ReservationPublic | None:
     if res is None:
         return None
     return ReservationPublic(
-        node=res.node, tier=res.tier, gpus=res.gpus, of=num_gpus, since=from_epoch(res.since)
+        node=res.node, tier=res.tier, gpus=res.gpus, of=num_gpus, since=_since(res)
     )
 
 
-def _sentence(why: Why) -> str:
-    """The policy's sentence, with the reservation's start as a date instead of seconds."""
-    if why.code is WhyCode.RESERVING and why.reservation is not None:
-        res, n = why.reservation, why.num_gpus
-        return (
-            f"It is the top job and holds a reservation of {res.gpus} of {n} GPUs on "
-            f"{res.node} ({res.tier}) since {when(from_epoch(res.since))}; it starts when "
-            f"{n - res.gpus} more free up there, or at once if another fit placement has "
-            f"{n} idle."
-        )
-    return why.sentence
+@dataclass(frozen=True, slots=True)
+class QueuedAnswer:
+    """One queued job's answer; `why` and `queue` both render this, so they agree."""
+
+    code: str
+    sentence: str
+    facts: Facts
+    table: FitTable
+    planned: tuple[Action, ...]
 
 
-def _starting_sentence(d: Dispatch, rank: int, length: int) -> str:
-    return (
-        f"It is ranked {rank + 1} of {length} and {d.num_gpus} idle "
-        f"{'GPU' if d.num_gpus == 1 else 'GPUs'} on {d.node} ({d.tier}) can hold it: the "
-        "next dispatch cycle starts it there."
+def answer(view: QueueView, job_id: str) -> QueuedAnswer:
+    """The facts, the present code, the projection and the sentence for a queued job."""
+    job = view.queued[job_id]
+    rank = view.ranks[job_id]
+    table = view.fit_table(job.num_gpus, job.min_sort_order)
+    why = view.decisions.why.get(job_id)  # None: the next cycle dispatches it
+    planned = view.planned.get(job_id, ())
+    top = view.decisions.order[0]
+    # The policy's blocker is the top job's reservation as the next cycle leaves it; it is a
+    # fact only where the top job holds a reservation on that placement now.
+    blocker = None
+    if why is not None and why.blocking_job_id is not None and why.blocking_reservation:
+        blocker = (why.blocking_job_id, why.blocking_reservation)
+    recorded_blocker = None
+    if blocker is not None:
+        held = view.queued[blocker[0]].reservation
+        if held is not None and (held.node, held.tier) == (blocker[1].node, blocker[1].tier):
+            recorded_blocker = (blocker[0], held)
+    facts = Facts(
+        rank=rank,
+        queue_length=len(view.decisions.order),
+        top_job_id=top,
+        num_gpus=job.num_gpus,
+        reservation=job.reservation,
+        fit_placements=len(table.rows),
+        schedulable_fit_placements=table.schedulable,
+        best_idle=table.best_idle,
+        blocking=recorded_blocker,
+    )
+    projection = Projection(
+        actions=planned,
+        freed_by=_freed_by(view, job_id, planned),
+        blocker=blocker,
+        best_idle=why.best_idle if why is not None else table.best_idle,
+    )
+    code = _code(why.code if why is not None else None, facts)
+    return QueuedAnswer(code, sentence(code, facts, projection), facts, table, planned)
+
+
+def _code(policy: WhyCode | None, facts: Facts) -> str:
+    """The code for the job as it is now (SPEC §8's fixed set, plus STARTING).
+
+    The policy's code describes the job as the next cycle would leave it; a reservation
+    that cycle would start is not held yet, so RESERVING and BEHIND_RESERVATION need a
+    recorded one, and a job that holds one is RESERVING until a cycle releases it.
+    """
+    if policy is None:
+        return STARTING
+    if policy in (WhyCode.NO_FIT_PLACEMENT, WhyCode.NO_SCHEDULABLE_PLACEMENT):
+        return policy.value
+    if facts.reservation is not None:
+        return WhyCode.RESERVING.value
+    if policy is WhyCode.BEHIND_RESERVATION and facts.blocking is not None:
+        return WhyCode.BEHIND_RESERVATION.value
+    if facts.rank > 0 and facts.num_gpus >= 2:
+        return WhyCode.WAITING_FOR_PRIORITY.value
+    return WhyCode.WAITING_FOR_GPUS.value
+
+
+def _freed_by(
+    view: QueueView, job_id: str, planned: Sequence[Action]
+) -> tuple[ReleaseReservation, ...]:
+    """Other jobs' reservations the next cycle releases (R3) on a placement where this job
+    would start, reserve or absorb: the GPUs it takes are reserved now."""
+    keys = {
+        (a.node, a.tier)
+        for a in planned
+        if isinstance(a, Dispatch | StartReservation | AbsorbReservation)
+    }
+    return tuple(
+        r for key in sorted(keys) for r in view.r3_releases.get(key, ()) if r.job_id != job_id
     )
 
 
-def queued_code_and_sentence(view: QueueView, job_id: str) -> tuple[str, str]:
-    why = view.decisions.why.get(job_id)
-    if why is not None:
-        return why.code.value, _sentence(why)
-    d = view.dispatches.get(job_id)
-    length = len(view.decisions.order)
-    if d is not None:
-        return STARTING, _starting_sentence(d, view.ranks.get(job_id, 0), length)
-    return STARTING, "It is being dispatched."
+def _planned_public(actions: Sequence[Action]) -> list[PlannedActionPublic]:
+    out: list[PlannedActionPublic] = []
+    for a in actions:
+        if isinstance(a, Dispatch):
+            out.append(
+                PlannedActionPublic(action="start", node=a.node, tier=a.tier, gpus=a.num_gpus)
+            )
+        elif isinstance(a, StartReservation):
+            out.append(PlannedActionPublic(action="reserve", node=a.node, tier=a.tier, gpus=a.gpus))
+        elif isinstance(a, AbsorbReservation):
+            out.append(
+                PlannedActionPublic(
+                    action="absorb", node=a.node, tier=a.tier, gpus=a.added, reserved_after=a.total
+                )
+            )
+        else:
+            out.append(
+                PlannedActionPublic(
+                    action="release", node=a.node, tier=a.tier, gpus=a.gpus, reason=a.reason.value
+                )
+            )
+    return out
 
 
 def queued_why(
@@ -125,64 +275,41 @@ def queued_why(
     history: Sequence[JobEventRecord],
     tier_by_order: Mapping[int, str],
 ) -> WhyPublic:
-    """SPEC §8 for a job in GLOBAL_QUEUE_WAIT, from the policy run in `view`."""
+    """SPEC §8 for a job in the snapshot's queue: recorded facts and the next cycle."""
     jid = job.policy_id
-    snap = view.snapshot
-    tiers = {t.name: t for t in snap.tiers}
-    fit = fit_placements(job.num_gpus, job.minimum_tier_sort_order, tiers, snap.placements)
-    places = [
-        PlacementView(
-            node=p.node,
-            tier=p.tier,
-            capacity=p.capacity,
-            busy=p.busy,
-            reserved=view.reserved.get(p.key, 0),
-            idle=max(0, p.free - view.reserved.get(p.key, 0)),
-            schedulable=p.schedulable,
-        )
-        for p in fit
-    ]
-    code, sentence = queued_code_and_sentence(view, jid)
-    why = view.decisions.why.get(jid)
-    dispatch = view.dispatches.get(jid)
+    a = answer(view, jid)
+    f = a.facts
+    start = next((x for x in a.planned if isinstance(x, Dispatch)), None)
     blocking = None
-    if why is not None and why.blocking_job_id is not None:
-        held = _reservation(why.blocking_reservation, _queued_num_gpus(snap, why.blocking_job_id))
-        if held is not None:
-            blocking = BlockingPublic(job_id=int(why.blocking_job_id), reservation=held)
-    queued = next((q for q in snap.queue if q.job_id == jid), None)
-    own = why.reservation if why is not None else (queued.reservation if queued else None)
+    if f.blocking is not None:
+        bid, bres = f.blocking
+        blocking = BlockingPublic(
+            job_id=int(bid), reservation=_reservation(bres, view.queued[bid].num_gpus)
+        )
     return WhyPublic(
         job_id=job.id,
         state=job.state,
-        code=code,
-        sentence=sentence,
-        rank=view.ranks[jid] + 1 if jid in view.ranks else None,
-        queue_length=len(view.decisions.order),
+        code=a.code,
+        sentence=a.sentence,
+        rank=f.rank + 1,
+        queue_length=f.queue_length,
         top_job_id=view.top_job_id,
         num_gpus=job.num_gpus,
         min_tier=tier_by_order.get(job.minimum_tier_sort_order),
-        fit_placements=why.fit_placements if why is not None else len(fit),
-        schedulable_fit_placements=(
-            why.schedulable_fit_placements
-            if why is not None
-            else sum(1 for p in fit if p.schedulable)
-        ),
-        best_idle=why.best_idle if why is not None else None,
-        reservation=_reservation(own, job.num_gpus),
+        fit_placements=f.fit_placements,
+        schedulable_fit_placements=f.schedulable_fit_placements,
+        best_idle=f.best_idle,
+        reservation=_reservation(f.reservation, job.num_gpus),
         blocking=blocking,
         dispatch=(
-            DispatchPublic(node=dispatch.node, tier=dispatch.tier, num_gpus=dispatch.num_gpus)
-            if dispatch is not None
+            DispatchPublic(node=start.node, tier=start.tier, num_gpus=start.num_gpus)
+            if start is not None
             else None
         ),
-        placements=places,
+        next_cycle=_planned_public(a.planned),
+        placements=list(a.table.rows),
         notes=history_notes(history),
     )
-
-
-def _queued_num_gpus(snapshot: Snapshot, job_id: str) -> int:
-    return next((q.num_gpus for q in snapshot.queue if q.job_id == job_id), 0)
 
 
 def queue_entries(
@@ -193,19 +320,16 @@ def queue_entries(
     limit: int,
 ) -> list[QueueEntryPublic]:
     """The queue in rank order, `limit` entries from `offset` (records: those jobs)."""
-    queued = {q.job_id: q for q in view.snapshot.queue}
     usage = view.snapshot.lab_usage
     out: list[QueueEntryPublic] = []
     order = view.decisions.order
     for rank in range(offset, min(len(order), offset + limit)):
         jid = order[rank]
         job = records.get(int(jid))
-        q = queued[jid]
+        q = view.queued[jid]
         if job is None:  # ended between the snapshot and this read: leave it out
             continue
-        code, sentence = queued_code_and_sentence(view, jid)
-        why = view.decisions.why.get(jid)
-        res = why.reservation if why is not None else None
+        a = answer(view, jid)
         out.append(
             QueueEntryPublic(
                 rank=rank + 1,
@@ -217,12 +341,22 @@ def queue_entries(
                 num_gpus=q.num_gpus,
                 min_tier=tier_by_order.get(q.min_sort_order),
                 queue_entered_at=from_epoch(q.queue_entered_at),
-                reservation=_reservation(res, q.num_gpus),
-                code=code,
-                sentence=sentence,
+                reservation=_reservation(q.reservation, q.num_gpus),
+                next_cycle=_planned_public(a.planned),
+                code=a.code,
+                sentence=a.sentence,
             )
         )
     return out
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 # --- jobs that are not queued: their history -------------------------------------------------
@@ -333,6 +467,7 @@ def _ran_for(job: JobRecord) -> str:
 __all__ = [
     "STARTING",
     "QueueView",
+    "answer",
     "history_notes",
     "history_why",
     "queue_entries",

@@ -116,6 +116,24 @@ def _reservation(res: JSON | None) -> str:
     return f"{res['gpus']}/{res['of']} {res['node']}/{res['tier']}"
 
 
+def _next_cycle(actions: Sequence[JSON] | None) -> str:
+    """What the next cycle would do for a job (a projection): 'reserve 1 node-c/rtx5090'."""
+    words = []
+    for a in actions or ():
+        where = f"{a['node']}/{a['tier']}"
+        if a["action"] == "absorb":
+            words.append(f"absorb +{a['gpus']} ({a['reserved_after']}) {where}")
+        elif a["action"] == "release":
+            words.append(f"release ({a['reason']})")
+        else:
+            words.append(f"{a['action']} {a['gpus']} {where}")
+    return ", ".join(words) or "-"
+
+
+def _held_by(reservations: Sequence[JSON] | None) -> str:
+    return ", ".join(f"job {r['job_id']}: {r['gpus']}/{r['of']}" for r in reservations or ()) or "-"
+
+
 # --- commands --------------------------------------------------------------------------------
 
 Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
@@ -187,13 +205,14 @@ def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
                 e["num_gpus"],
                 e.get("min_tier"),
                 _reservation(e.get("reservation")),
+                _next_cycle(e.get("next_cycle")),
                 e["code"],
                 ago(e["queue_entered_at"], now),
             )
             for e in result["data"]
         ]
         headers = ("RANK", "JOB", "NAME", "USER", "LAB", "LAB-USAGE", "GPUS", "MIN-TIER")
-        print(table((*headers, "RESERVED", "WHY", "WAITING"), rows), file=out)
+        print(table((*headers, "RESERVED", "NEXT CYCLE", "WHY", "WAITING"), rows), file=out)
         length = result["queue_length"]
         if length > len(rows):
             print(f"({len(rows)} of {length} queued jobs shown)", file=out)
@@ -222,10 +241,12 @@ def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
                     p["reserved"],
                     p["idle"],
                     "yes" if p["schedulable"] else "no",
+                    _held_by(p.get("reservations")),
                 )
                 for p in places
             ]
-            text = table(("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "UP"), rows)
+            headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "UP")
+            text = table((*headers, "RESERVED FOR"), rows)
             print("\n".join("  " + line for line in text.splitlines()), file=out)
         if why.get("notes") and why.get("rank"):
             print("earlier:", file=out)
@@ -274,7 +295,6 @@ def _placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
         rows = []
         for p in result["data"]:
             state = p["node_state"] + (" drained" if p["drained"] else "")
-            held = ", ".join(f"job {r['job_id']}: {r['gpus']}/{r['of']}" for r in p["reservations"])
             rows.append(
                 (
                     p["node"],
@@ -284,7 +304,7 @@ def _placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
                     p["reserved"],
                     p["idle"],
                     state,
-                    held or "-",
+                    _held_by(p["reservations"]),
                 )
             )
         headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "STATE")

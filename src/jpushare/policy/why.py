@@ -3,6 +3,12 @@
 `decide` records, for each waiting job, only its rank and a view shared by every job of
 the same (size, minimum tier) class; `WhyTable` builds the `Why` of a job when asked, so
 a cycle over 10^5 jobs does not build 10^5 answers nobody reads.
+
+A `Why` describes the job as the cycle's own decisions leave it: a reservation this cycle
+starts or grows is in it, with `since` = the cycle's `now`. That is the truth once the
+decisions are applied (the simulator, the dispatcher); a shell that runs `decide` only to
+explain must not present it as done (the API states what is recorded and phrases the rest
+as "at the next cycle", see `jpushare.api.why`).
 """
 
 from __future__ import annotations

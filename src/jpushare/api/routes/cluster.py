@@ -40,7 +40,8 @@ def queue(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
 ) -> QueuePublic:
     """The queue in fair-share order (SPEC §1), each job with its rank (1 = top), its lab's
-    usage, its reservation and its "why", as the next dispatch cycle would see them."""
+    usage, its recorded reservation, what the next cycle would do for it (`next_cycle`, a
+    projection) and its "why", the same answer as /v1/jobs/{id}/why gives."""
     now = ctx.clock()
     view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
@@ -72,19 +73,17 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
     data = []
     for p in places:
         node = nodes.get(p.node)
-        busy = min(p.busy, p.capacity)
-        reserved = min(sum(r.gpus for r in by_place[p.key]), p.capacity - busy)
-        idle = max(0, p.free - reserved)
+        counts = queries.placement_counts(p, sum(r.gpus for r in by_place[p.key]))
         data.append(
             PlacementPublic(
                 node=p.node,
                 tier=p.tier,
                 tflops=tflops.get(p.tier, 0.0),
                 capacity=p.capacity,
-                busy=busy,
-                reserved=reserved,
-                idle=idle,
-                llm_backfill_gpus=idle + reserved if p.schedulable else 0,
+                busy=counts.busy,
+                reserved=counts.reserved,
+                idle=counts.idle,
+                llm_backfill_gpus=counts.idle + counts.reserved if p.schedulable else 0,
                 schedulable=p.schedulable,
                 node_state=node.state if node else "unknown",
                 node_state_reason=node.state_reason if node else None,

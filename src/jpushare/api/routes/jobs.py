@@ -160,15 +160,20 @@ def cancel_job(
 
 @router.get("/{job_id}/why", responses=_JOB_ERRORS)
 def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextDep) -> WhyPublic:
-    """Why the job is not running (SPEC §8), or what happened to it."""
+    """Why the job is not running (SPEC §8), or what happened to it. For a queued job: what
+    is recorded now as fact, and what the next cycle would do as a projection."""
     job = store.get_job(session, job_id)
     history = store.job_history(session, job_id)
     tiers = queries.tier_names_by_sort_order(session)
     now = ctx.clock()
-    if job.state != JobState.GLOBAL_QUEUE_WAIT.value:
-        return history_why(job, history, tiers, now)
-    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
-    return queued_why(view, job, history, tiers)
+    if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
+        view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
+        if job.policy_id in view.queued:
+            return queued_why(view, job, history, tiers)
+        # A cycle dispatched (or a cancel ended) it between the two reads (PostgreSQL's
+        # READ COMMITTED): answer from its new state.
+        job, history = store.get_job(session, job_id), store.job_history(session, job_id)
+    return history_why(job, history, tiers, now)
 
 
 @router.get(

@@ -1,0 +1,215 @@
+"""The sentences of a queued job's "why": what is recorded, then what the next cycle would do.
+
+Facts are in the present tense and use only recorded values (a reservation's `since` is
+the time the cycle that started it recorded). The projection comes from the policy run on
+those same facts; it says "at the next cycle …" and never names a time, because nothing
+has happened yet. No I/O here: the caller gathers both (see `api.why`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from jpushare.policy import (
+    AbsorbReservation,
+    Action,
+    Dispatch,
+    ReleaseReason,
+    ReleaseReservation,
+    Reservation,
+    StartReservation,
+    WhyCode,
+)
+from jpushare.store import from_epoch
+
+STARTING = "STARTING"  # queued, and the next cycle would dispatch it (not a policy WhyCode)
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the database says about one queued job now."""
+
+    rank: int  # 0 = the top job
+    queue_length: int
+    top_job_id: str
+    num_gpus: int
+    reservation: Reservation | None  # its own, as recorded
+    fit_placements: int
+    schedulable_fit_placements: int
+    best_idle: int  # the most idle GPUs on one fit placement, as the table shows them
+    blocking: tuple[str, Reservation] | None  # the top job's recorded reservation in its way
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """What the next cycle would do, from the policy run on the facts."""
+
+    actions: tuple[Action, ...]  # the job's own, in the policy's order
+    freed_by: tuple[ReleaseReservation, ...]  # other jobs' releases its own actions use
+    blocker: tuple[str, Reservation] | None  # the top job's reservation after that cycle,
+    # where it holds GPUs this job could use
+    best_idle: int  # the most idle GPUs on one fit placement when the cycle reaches the job
+
+
+def when(at: datetime | None) -> str:
+    """A time for a sentence: '2026-01-05 09:00:00 UTC'."""
+    if at is None:
+        return "an unknown time"
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _on(node: str, tier: str) -> str:
+    return f"{node} ({tier})"
+
+
+_RELEASED_BECAUSE = {
+    ReleaseReason.R3: "as it is no longer the top job (R3)",
+    ReleaseReason.R5: "as its placement is down, drained, gone or too small for it now (R5)",
+}
+
+
+def sentence(code: str, facts: Facts, projection: Projection) -> str:
+    """The answer for a person: the facts, then " At the next cycle …" where it acts."""
+    return _facts(code, facts) + _projection(code, facts, projection)
+
+
+def _who(f: Facts, name_the_top: bool = True) -> str:
+    if f.rank == 0:
+        return "It is the top job"
+    top = f" behind top job {f.top_job_id}" if name_the_top else ""
+    return f"It is ranked {f.rank + 1} of {f.queue_length}{top}"
+
+
+def _held(res: Reservation, n: int) -> str:
+    return (
+        f"holds a reservation of {res.gpus} of {n} GPUs on {_on(res.node, res.tier)} "
+        f"since {when(from_epoch(res.since))}"
+    )
+
+
+def _needs(f: Facts) -> str:
+    fit = f.schedulable_fit_placements
+    best = "its only fit placement" if fit == 1 else f"the best of its {fit} fit placements"
+    return f"it needs {gpus(f.num_gpus)} on one placement and {best} has {f.best_idle} idle"
+
+
+def _facts(code: str, f: Facts) -> str:
+    n, res = f.num_gpus, f.reservation
+    holds = f" and {_held(res, n)}" if res is not None else ""
+    if code == WhyCode.NO_FIT_PLACEMENT:
+        return (
+            f"No placement in the inventory can hold {gpus(n)} at the job's minimum tier any "
+            "more (GPUs were removed since it was submitted); it waits until one can, or "
+            f"cancel it.{f' It {_held(res, n)}.' if res is not None else ''}"
+        )
+    if code == WhyCode.NO_SCHEDULABLE_PLACEMENT:
+        where = (
+            f"The only placement that can hold {gpus(n)} is on a node that is"
+            if f.fit_placements == 1
+            else f"All {f.fit_placements} placements that can hold {gpus(n)} are on nodes that are"
+        )
+        who = _who(f)
+        return (
+            f"{where} down or drained; {who[0].lower()}{who[1:]}{holds} and waits for a node "
+            "to return."
+        )
+    if code == STARTING:
+        return f"{_who(f)}{holds}." if res is not None else f"{_who(f)}; {_needs(f)}."
+    if code == WhyCode.RESERVING:
+        assert res is not None
+        if f.rank > 0:
+            return f"{_who(f)}{holds}."
+        return (
+            f"{_who(f)}{holds}; it starts when {n - res.gpus} more free up there, or at once "
+            f"if another fit placement has {n} idle."
+        )
+    if code == WhyCode.BEHIND_RESERVATION and f.blocking is not None:
+        job, held = f.blocking
+        return (
+            f"{_who(f, False)}; the idle GPUs it could use are reserved by the top job {job} "
+            f"({gpus(held.gpus)} on {held.node}, {held.tier}, since "
+            f"{when(from_epoch(held.since))}), which no lower-ranked job may take (R4)."
+        )
+    if code == WhyCode.WAITING_FOR_PRIORITY:
+        return f"{_who(f)}; {_needs(f)}; only the top job may reserve GPUs (R2)."
+    none = " and holds no reservation" if f.rank == 0 and n >= 2 else ""
+    return f"{_who(f)}{none}; {_needs(f)}."
+
+
+def _projection(code: str, f: Facts, p: Projection) -> str:
+    """ " At the next cycle …", or "" when the next cycle would leave the job as it is."""
+    n = f.num_gpus
+    start = next((a for a in p.actions if isinstance(a, Dispatch)), None)
+    reserve = next((a for a in p.actions if isinstance(a, StartReservation)), None)
+    absorb = next((a for a in p.actions if isinstance(a, AbsorbReservation)), None)
+    release = next((a for a in p.actions if isinstance(a, ReleaseReservation)), None)
+    steps: list[str] = [
+        f"job {r.job_id} will lose its reservation of {gpus(r.gpus)} on {_on(r.node, r.tier)}, "
+        f"{_RELEASED_BECAUSE.get(r.reason, r.reason.value)}"
+        for r in p.freed_by
+    ]
+    it = "this job" if steps else "it"
+    if start is not None:
+        where = _on(start.node, start.tier)
+        if release is not None and release.reason is ReleaseReason.SWAP:
+            steps.append(
+                f"{it} will start on {where} and its reservation on "
+                f"{_on(release.node, release.tier)} will be released (swap)"
+            )
+        elif absorb is not None:
+            steps.append(
+                f"{it} will take the last {gpus(absorb.added)} it needs there and start on "
+                f"{where} with its reservation"
+            )
+        elif release is not None:
+            steps.append(f"{it} will start on {where} with its reservation")
+        else:
+            steps.append(f"{it} will start on {where}")
+    else:
+        if release is not None:
+            because = _RELEASED_BECAUSE.get(release.reason, release.reason.value)
+            steps.append(f"its reservation will be released, {because}")
+        if reserve is not None:
+            steps.append(
+                f"{it} will reserve {gpus(reserve.gpus)} on {_on(reserve.node, reserve.tier)} "
+                f"and wait there for {n - reserve.gpus} more, or start at once where {n} are idle"
+            )
+        elif absorb is not None:
+            steps.append(
+                f"{it} will take {absorb.added} more idle there ({absorb.total} of {n} reserved)"
+            )
+    if not steps and code != STARTING:
+        steps = _still_waiting(code, f, p)
+    if not steps:
+        return ""
+    text = ", and ".join(steps) if len(steps) < 3 else ", ".join(steps[:-1]) + ", and " + steps[-1]
+    return f" At the next cycle {text}."
+
+
+def _still_waiting(code: str, f: Facts, p: Projection) -> list[str]:
+    """Why the job will still wait after the next cycle, where the facts do not say it."""
+    if code in (WhyCode.NO_FIT_PLACEMENT, WhyCode.NO_SCHEDULABLE_PLACEMENT, WhyCode.RESERVING):
+        return []
+    if p.blocker is not None:
+        job, res = p.blocker
+        recorded = f.blocking[1].gpus if f.blocking is not None else 0
+        if res.gpus != recorded:
+            verb = "reserve" if recorded == 0 else "hold"
+            return [
+                f"top job {job} will {verb} {gpus(res.gpus)} on {_on(res.node, res.tier)} "
+                "that this job could use, which no lower-ranked job may take (R4)"
+            ]
+    if f.best_idle >= f.num_gpus and p.best_idle < f.num_gpus:
+        return [
+            f"the jobs ranked above it will take those GPUs first, leaving at most "
+            f"{p.best_idle} idle on one of its fit placements"
+        ]
+    return []
+
+
+__all__ = ["STARTING", "Facts", "Projection", "gpus", "sentence", "when"]
