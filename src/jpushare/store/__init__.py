@@ -30,6 +30,9 @@ from jpushare.store.accounts import (
     list_tokens,
     list_users,
     revoke_token,
+    set_unix_user,
+    unix_accounts,
+    users_of_unix_account,
 )
 from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.engine import (
@@ -174,6 +177,9 @@ __all__ = [
     "requeue_after_node_failure",
     "requeue_after_oom",
     "revoke_token",
+    "set_unix_user",
+    "unix_accounts",
+    "users_of_unix_account",
     "set_gpu_schedulable",
     "set_node_gpus",
     "set_node_state",
