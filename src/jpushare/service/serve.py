@@ -1,7 +1,8 @@
 """`jpushare serve`: the service in one process — migrations, executor, dispatcher, API.
 
 Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
-→ executor → LLM router client → the dispatcher loop on a thread (it acts only while it
+→ the single-account rule (`account_rule`: a service that is not root serves one Unix
+account only) → executor → LLM router client → the dispatcher loop on a thread (it acts only while it
 holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
 thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
 (which finishes its cycle and lets go of the lock); jobs keep running, and the next
@@ -36,6 +37,7 @@ from jpushare.dispatcher.loop import Dispatcher
 from jpushare.executors.base import Executor
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.llm_router import router_for
+from jpushare.service.account_rule import check_service_account
 from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
 from jpushare.store.observations import load_observed_busy
@@ -176,6 +178,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 loaded = load_cluster_spec(session, cluster, store.utc_now())
                 log.info("empty inventory: loaded %s (%s)", cluster.source, loaded)
 
+    check_service_account(sessions, settings.executor)
     executor = build_executor(settings, sessions, cluster)
     router = router_for(settings.router_url)
     stop = threading.Event()
