@@ -99,10 +99,21 @@ class ReservationPublic(BaseModel):
     since: datetime | None
 
 
+HIDDEN_DESCRIPTION = (
+    "the private fields withheld from you (null here): a job's command, working directory, "
+    "environment and output files are shown to its owner, its lab's PIs and admins only"
+)
+
+
 class JobPublic(BaseModel):
+    """A job. Private fields (`command`, and the working directory, environment and output
+    files) are null for users other than its owner, its lab's PIs and admins, and named in
+    `hidden`; the rest is what `squeue` shows everyone."""
+
     id: int
     name: str
-    command: str
+    command: str | None = Field(description="null when hidden (see `hidden`)")
+    hidden: list[str] = Field(default_factory=list, description=HIDDEN_DESCRIPTION)
     user: str
     lab: str
     num_gpus: int

@@ -21,6 +21,7 @@ from jpushare.api.schemas import (
     lab_public,
     tier_public,
 )
+from jpushare.api.privacy import for_viewer
 from jpushare.api.why import QueueView, queue_entries
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
@@ -45,7 +46,8 @@ def queue(
     view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
-    data = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
+    entries = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
+    data = [for_viewer(e, records[e.job_id], user) for e in entries]
     return QueuePublic(
         data=data,
         count=len(data),
