@@ -86,4 +86,3 @@ def _account(entry: pwd.struct_passwd) -> UnixAccount:
         home=entry.pw_dir,
         shell=entry.pw_shell or "/bin/sh",
     )
-

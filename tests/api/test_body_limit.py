@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare.api import create_app
+from jpushare.config import ConfigError, load_settings
 from tests.api.conftest import ApiWorld, Clock, build_world
 from tests.client.server import running_server
 
@@ -49,10 +50,10 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, A
 
 
 def stream(
-    url: str, path: str, headers: str, chunked: bool, body: bool = True
+    url: str, path: str, headers: str, chunked: bool, send_body: bool = True
 ) -> tuple[int, int, dict[str, Any]]:
     """Send a 200 MB body in pieces, reading between them; stop when an answer comes
-    (`body=False`: send the headers only and wait). Returns (status, bytes of body sent,
+    (`send_body=False`: send the headers only and wait). Returns (status, bytes of body sent,
     error)."""
     where = urlsplit(url)
     sock = socket.create_connection((where.hostname, where.port), timeout=30)
@@ -64,7 +65,7 @@ def stream(
     sent = 0
     piece = b"[" + b"1," * (CHUNK // 2 - 1) + b"1"
     try:
-        while body and sent < BIG:
+        while send_body and sent < BIG:
             readable, _, _ = select.select([sock], [], [], 0)
             if readable:
                 break
@@ -94,7 +95,7 @@ def test_a_200_mb_body_gets_413_before_it_is_sent_whole(
     auth = f"Authorization: Bearer {tokens['root']}\r\n" if authenticated else ""
     if not chunked:
         # answered on the Content-Length alone: not a byte of the body is sent
-        status, sent, body = stream(url, path, auth, chunked, body=False)
+        status, sent, body = stream(url, path, auth, chunked, send_body=False)
         assert (status, sent) == (413, 0)
     else:
         status, sent, body = stream(url, path, auth, chunked)
@@ -116,3 +117,11 @@ def test_a_body_under_the_limit_is_served(api: ApiWorld) -> None:
     assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR"  # too long
     r = api.post("/v1/jobs", json={"command": "true", "num_gpus": 1, "name": "n" * 100})
     assert r.status_code == 201
+
+
+def test_the_limit_is_a_setting() -> None:
+    assert load_settings({}).max_body_bytes == 1024 * 1024
+    assert load_settings({"JPUSHARE_MAX_BODY_BYTES": "4096"}).max_body_bytes == 4096
+    for bad in ("1k", "-5", "100"):
+        with pytest.raises(ConfigError, match="JPUSHARE_MAX_BODY_BYTES"):
+            load_settings({"JPUSHARE_MAX_BODY_BYTES": bad})

@@ -40,22 +40,17 @@ def world(
     sessions: sessionmaker[Session],
     decoder: Munge,
     accounts: list[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[ApiWorld]:
     """The API world with users on the test accounts: `dana` runs as accounts[0], `eli`
     and `fay` share accounts[1]; accounts[2] is nobody's."""
-    import tests.api.conftest as conftest
-
-    original = conftest.create_app
-
-    def with_decoder(*args: Any, **kw: Any) -> Any:
-        return original(*args, munge=MungeSignIn(decoder), **kw)
-
-    monkeypatch.setattr(conftest, "create_app", with_decoder)
-    for w in make_world(sessions):
+    for w in make_world(sessions, munge=MungeSignIn(decoder)):
         w.clock.now = datetime.now(UTC)  # credentials carry the real time
         with sessions.begin() as s:
-            for name, account in (("dana", accounts[0]), ("eli", accounts[1]), ("fay", accounts[1])):
+            for name, account in (
+                ("dana", accounts[0]),
+                ("eli", accounts[1]),
+                ("fay", accounts[1]),
+            ):
                 w.users[name] = store.create_user(
                     s, name, "beta", "student", w.clock(), unix_user=account
                 )
@@ -156,13 +151,9 @@ def test_garbage_is_refused(world: ApiWorld) -> None:
 
 
 def test_a_service_without_munge_says_to_use_a_token(
-    sessions: sessionmaker[Session], accounts: list[str], monkeypatch: pytest.MonkeyPatch
+    sessions: sessionmaker[Session], accounts: list[str]
 ) -> None:
-    import tests.api.conftest as conftest
-
-    original = conftest.create_app
-    monkeypatch.setattr(conftest, "create_app", lambda *a, **kw: original(*a, munge=None, **kw))
-    for w in make_world(sessions):
+    for w in make_world(sessions, munge=None):
         cred = credential_as(accounts[0], request_payload("GET", "/v1/queue"))
         message = refused(munge_get(w, "/v1/queue", cred), "MUNGE_UNAVAILABLE")
         assert "use a token" in message

@@ -15,8 +15,8 @@ from jpushare.client import ApiError, Client
 from jpushare.client.cli import main
 from tests.api.conftest import ALL_BUSY, Clock, build_world
 from tests.client.server import running_server
-from tests.unix_test_accounts import require_root_and_munge
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
+from tests.unix_test_accounts import require_root_and_munge
 
 
 class Served:

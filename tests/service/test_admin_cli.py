@@ -138,7 +138,7 @@ def test_a_user_is_a_unix_account_checked_when_added(
     cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 9 §1: unknown account -> one line, exit 2, nothing stored; listings show it."""
-    url, cluster = cli
+    _, cluster = cli
     assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
     code, out, err = run(capsys, "admin", "user", "add", "jpst-nosuch", "--lab", "alpha")
     assert code == 2 and out == "" and err.count("\n") == 1
@@ -147,7 +147,9 @@ def test_a_user_is_a_unix_account_checked_when_added(
         capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "jpst-nosuch"
     )
     assert code == 2 and "'jpst-nosuch'" in err
-    code, out, _ = run(capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "root")
+    code, out, _ = run(
+        capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "root"
+    )
     assert code == 0 and "jobs run as root (uid 0)" in out
     code, out, _ = run(capsys, "admin", "user", "list")
     lines = out.splitlines()

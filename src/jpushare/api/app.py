@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -41,11 +40,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.api import queries
+from jpushare.api.body_limit import BodyLimit, BodyTooLarge
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
-from jpushare.api.body_limit import DEFAULT_MAX_BODY_BYTES, BodyLimit, BodyTooLarge
 from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service
+from jpushare.config import DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.munge import default_munge
@@ -83,7 +83,7 @@ def create_app(
     clock: Callable[[], datetime] = utc_now,
     observed_busy: BusySource | None = None,
     metrics: ServiceMetrics | None = None,
-    munge: MungeSignIn | None | Literal["auto"] = "auto",
+    munge: MungeSignIn | Literal["auto"] | None = "auto",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""

@@ -15,8 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jpushare.api.errors import ErrorCode, error_response
-
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+from jpushare.config import DEFAULT_MAX_BODY_BYTES
 
 
 class BodyTooLarge(HTTPException):
@@ -47,7 +46,9 @@ class BodyLimit:
                 else "the Content-Length header is not a number"
             )
             status = 413 if declared is not None else 400
-            code = ErrorCode.PAYLOAD_TOO_LARGE if declared is not None else ErrorCode.VALIDATION_ERROR
+            code = (
+                ErrorCode.PAYLOAD_TOO_LARGE if declared is not None else ErrorCode.VALIDATION_ERROR
+            )
             response = error_response(
                 status, code, message, {"limit_bytes": self.limit}, {"Connection": "close"}
             )

@@ -12,9 +12,10 @@ Every command takes `--url URL`, `--token TOKEN` (see `jpushare.client.config` f
 JPUSHARE_URL, JPUSHARE_TOKEN and the config file) and `--json` (the API's JSON on stdout,
 for scripts). Without a token, on a host with MUNGE (every host of a Slurm cluster), each
 request carries a fresh MUNGE credential instead: the service knows you by your Unix
-account; a configured token wins over MUNGE. Output is a table or a sentence a person can read; times are relative
-("3m ago"). `submit -- CMD…`: one argument is taken as a shell command as is
-(`-- 'python a.py && echo done'`), several are quoted and joined (`-- python a.py --lr 0.1`).
+account; a configured token wins over MUNGE. Output is a table or a sentence a person can
+read; times are relative ("3m ago"). `submit -- CMD…`: one argument is taken as a shell
+command as is (`-- 'python a.py && echo done'`), several are quoted and joined
+(`-- python a.py --lr 0.1`).
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
 `error CODE: message`); 2 bad usage.

@@ -2,8 +2,8 @@
 
 Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
 → the single-account rule (`account_rule`: a service that is not root serves one Unix
-account only) → executor → LLM router client → the dispatcher loop on a thread (it acts only while it
-holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
+account only) → executor → LLM router client → the dispatcher loop on a thread (it acts
+only while it holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
 thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
 (which finishes its cycle and lets go of the lock); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
@@ -223,7 +223,11 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             from jpushare.api.app import create_app
 
             app = create_app(
-                sessions, executor=executor, observed_busy=load_observed_busy, metrics=metrics
+                sessions,
+                executor=executor,
+                observed_busy=load_observed_busy,
+                metrics=metrics,
+                max_body_bytes=settings.max_body_bytes,
             )
             config = uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_level="info", access_log=False

@@ -134,7 +134,6 @@ def list_users(session: Session, lab: str | None = None) -> list[UserRecord]:
     return [_user_record(u, lab_name) for u, lab_name in session.execute(stmt)]
 
 
-
 def users_of_unix_account(session: Session, unix_user: str) -> list[UserRecord]:
     """The users whose jobs run as the Unix account `unix_user` (MUNGE sign-in maps a
     credential's uid to its account, then here; several users on one account are allowed
@@ -167,6 +166,7 @@ def set_unix_user(session: Session, name: str, unix_user: str) -> UserRecord:
     user.unix_user = unix_user
     session.flush()
     return get_user(session, name)
+
 
 # --- tokens ------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from jpushare import store
 from jpushare.api import queries
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
+from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     ErrorPublic,
     LabsPublic,
@@ -21,7 +22,6 @@ from jpushare.api.schemas import (
     lab_public,
     tier_public,
 )
-from jpushare.api.privacy import for_viewer
 from jpushare.api.why import QueueView, queue_entries
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
