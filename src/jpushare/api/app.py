@@ -58,11 +58,12 @@ JPU-Share: one fair-share queue in front of a shared multi-GPU cluster.
 
 Authenticate with `Authorization: Bearer <token>` (ask an admin for a token), or, from a
 host of the cluster, with `Authorization: MUNGE <credential>`: a fresh credential of the
-cluster's munged per request (`munge --string "jpushare-v1 METHOD PATH[?QUERY]"`), whose
-uid is the Unix account of exactly one user. A credential is good for one request, for
-that request only, and for a minute. A 401 says why in `details.reason`: NO_CREDENTIALS,
-or MUNGE_UNAVAILABLE, MUNGE_INVALID, MUNGE_EXPIRED, MUNGE_REPLAYED, MUNGE_WRONG_REQUEST,
-MUNGE_UNMAPPED, MUNGE_AMBIGUOUS (several users share the account: use a token).
+cluster's munged per request, whose payload is `jpushare-v1 METHOD PATH[?QUERY]
+sha256=<hex SHA-256 of the body>` and whose uid is the Unix account of exactly one
+user. A credential is good for one request, for that request only, and for a minute. A
+401 says why in `details.reason`: NO_CREDENTIALS, or MUNGE_UNAVAILABLE, MUNGE_INVALID,
+MUNGE_EXPIRED, MUNGE_REPLAYED, MUNGE_WRONG_REQUEST, MUNGE_UNMAPPED, MUNGE_AMBIGUOUS
+(several users share the account: use a token).
 
 Privacy: a job's command, working directory, environment and output files are shown to
 its owner, its lab's PIs and admins; to everyone else they are null and named in the job's

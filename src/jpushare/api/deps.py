@@ -33,7 +33,7 @@ from sqlalchemy.pool import QueuePool
 
 from jpushare import store
 from jpushare.api.errors import ApiError, ErrorCode
-from jpushare.api.munge_auth import MungeSignIn, munge_user
+from jpushare.api.munge_auth import MungeSignIn, body_of_munge_request, munge_user
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
 from jpushare.store.records import UserRecord
@@ -186,11 +186,13 @@ def get_current_user(
     session: SessionDep,
     context: ContextDep,
     _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    munge_body: Annotated[bytes | None, Depends(body_of_munge_request)],
 ) -> UserRecord:
     """The user of the request's `Authorization`: `Bearer <token>` or `MUNGE <credential>`."""
     scheme, _, value = request.headers.get("authorization", "").strip().partition(" ")
     if scheme.lower() == "munge":
-        return munge_user(session, context.munge, request, value, context.clock())
+        body = munge_body if munge_body is not None else b""
+        return munge_user(session, context.munge, request, body, value, context.clock())
     if scheme.lower() != "bearer" or not value.strip():
         raise ApiError(
             401,

@@ -1,7 +1,8 @@
 """Sign-in with a MUNGE credential (`Authorization: MUNGE <credential>`), as Slurm does it.
 
 The CLI on a host of the cluster asks its munged for a credential per request, whose
-payload names the request (`munge.request_payload`: method, path, query). The service's
+payload names the request (`munge.request_payload`: method, path, query, the body's
+SHA-256). The service's
 munged decodes it: the signature (the cluster's key), the time to live, and a replay cache
 (a credential decodes once). Then, here: the payload must name this very request; the
 credential must have been made within `max_age_s` of the service's clock (munged's TTL is
@@ -35,7 +36,7 @@ class MungeRefusal(StrEnum):
     INVALID = "MUNGE_INVALID"  # not a credential of this cluster's key, or damaged
     EXPIRED = "MUNGE_EXPIRED"  # past its TTL, or made too long ago (or ahead) by our clock
     REPLAYED = "MUNGE_REPLAYED"  # decoded before: a credential is good for one request
-    WRONG_REQUEST = "MUNGE_WRONG_REQUEST"  # made for another request (method, path, query)
+    WRONG_REQUEST = "MUNGE_WRONG_REQUEST"  # made for another method, path, query or body
     UNMAPPED = "MUNGE_UNMAPPED"  # its uid is no account here, or no user runs as it
     AMBIGUOUS = "MUNGE_AMBIGUOUS"  # several users run as its account: a token must say who
 
@@ -52,14 +53,26 @@ def _refuse(reason: MungeRefusal, message: str, **details: object) -> ApiError:
     return ApiError(401, ErrorCode.UNAUTHENTICATED, message, {"reason": reason.value, **details})
 
 
+async def body_of_munge_request(request: Request) -> bytes | None:
+    """The request's body when it is signed with MUNGE (the credential covers it), else
+    None. Async, so it reads on the event loop; FastAPI has read the body already for a
+    route that takes one, and `api.body_limit` bounds it for every route."""
+    scheme = request.headers.get("authorization", "").lstrip().partition(" ")[0]
+    if scheme.lower() != "munge":
+        return None
+    return await request.body()
+
+
 def munge_user(
     session: Session,
     sign_in: MungeSignIn | None,
     request: Request,
+    body: bytes,
     credential: str,
     now: datetime,
 ) -> UserRecord:
-    """The user a MUNGE credential for `request` stands for, or ApiError (401, 503)."""
+    """The user a MUNGE credential for `request` (with `body`) stands for, or ApiError
+    (401, or 503 when munged does not answer)."""
     if sign_in is None:
         raise _refuse(
             MungeRefusal.UNAVAILABLE,
@@ -91,12 +104,12 @@ def munge_user(
             f"MUNGE credential refused: {exc.message.lower()} (made with another cluster's "
             "key, or damaged)",
         ) from exc
-    wanted = request_payload(request.method, request.url.path, request.url.query)
+    wanted = request_payload(request.method, request.url.path, request.url.query, body)
     if decoded.payload != wanted:
         raise _refuse(
             MungeRefusal.WRONG_REQUEST,
-            f"the MUNGE credential was made for another request, not {request.method} "
-            f"{request.url.path}",
+            f"the MUNGE credential was made for another request, not this {request.method} "
+            f"{request.url.path} with this body",
         )
     age_s = (now - decoded.encoded_at) / timedelta(seconds=1)
     if abs(age_s) > sign_in.max_age_s:

@@ -24,14 +24,17 @@ JSON = dict[str, Any]
 
 class MungeAuth(httpx.Auth):
     """`Authorization: MUNGE <credential>` on every request, made for that request only
-    (method, path and query in the payload), so a captured one is good for nothing else."""
+    (method, path, query and body digest in the payload), so a captured one is good for
+    nothing else."""
+
+    requires_request_body = True  # httpx reads it before auth_flow: its digest is signed
 
     def __init__(self, munge: Munge) -> None:
         self.munge = munge
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         payload = request_payload(
-            request.method, request.url.path, request.url.query.decode("ascii")
+            request.method, request.url.path, request.url.query.decode("ascii"), request.content
         )
         try:
             credential = self.munge.encode(payload)
