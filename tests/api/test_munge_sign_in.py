@@ -87,6 +87,11 @@ def test_a_credential_signs_in_the_user_of_its_account(
     cred = credential_as(accounts[0], request_payload("GET", "/v1/jobs", "mine=true"))
     r = munge_get(world, "/v1/jobs", cred, mine="true")
     assert r.status_code == 200 and [j["user"] for j in r.json()["data"]] == ["dana"]
+    # a POST whose route takes no body (the credential signs the empty one)
+    job_id = r.json()["data"][0]["id"]
+    cred = credential_as(accounts[0], request_payload("POST", f"/v1/jobs/{job_id}/cancel"))
+    r = world.client.post(f"/v1/jobs/{job_id}/cancel", headers={"Authorization": f"MUNGE {cred}"})
+    assert r.status_code == 200 and r.json()["state"] == "CANCELLED", r.text
 
 
 def test_a_replayed_credential_is_refused(world: ApiWorld, accounts: list[str]) -> None:
