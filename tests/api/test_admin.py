@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
-from tests.api.conftest import ApiWorld
+from tests.api.conftest import ApiWorld, make_world
 from tests.api.test_errors import error
 
 
@@ -181,3 +182,19 @@ def test_a_user_is_a_unix_account_of_this_host(api: ApiWorld) -> None:
     body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}
     r = api.post("/v1/admin/users", "root", json=body)
     assert r.status_code == 201 and r.json()["unix_user"] == "root"
+
+
+def test_a_service_that_is_not_root_adds_users_of_its_own_account_only(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Issue 9 §3: `serve` passes its one account (it is not root); the API holds new
+    users to it, as the start check does (which a running service would not repeat)."""
+    for w in make_world(sessions, only_unix_user="nobody"):
+        w.post("/v1/admin/labs", "root", json={"name": "gamma"})
+        body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}
+        r = w.post("/v1/admin/users", "root", json=body)
+        error(r, 422, "ACCOUNT_NOT_SERVED")
+        assert r.json()["error"]["details"] == {"unix_user": "root", "served": "nobody"}
+        assert w.get("/v1/admin/users", "root", params={"lab": "gamma"}).json()["data"] == []
+        body = {"name": "ivy", "lab": "gamma", "unix_user": "nobody"}
+        assert w.post("/v1/admin/users", "root", json=body).status_code == 201

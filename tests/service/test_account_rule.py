@@ -52,7 +52,8 @@ def test_a_service_that_is_not_root_refuses_users_of_other_accounts(
     a, b = accounts
     add_users(sessions, ann=a, ada=a)
     run_as(monkeypatch, a)
-    check_service_account(sessions, "local")  # every user is the service's account
+    # every user is the service's account: it starts, and its API serves that account only
+    assert check_service_account(sessions, "local") == a
     add_users(sessions, ben=b)
     with pytest.raises(ConfigError) as exc:
         check_service_account(sessions, "local")
@@ -60,7 +61,7 @@ def test_a_service_that_is_not_root_refuses_users_of_other_accounts(
     assert f"runs as the Unix account {a}, not root" in message
     assert f"ben as {b}" in message and "ann" not in message
     monkeypatch.undo()  # root serves every account
-    check_service_account(sessions, "local")
+    assert check_service_account(sessions, "local") is None
 
 
 def test_serve_says_so_in_one_line_and_exits_2(

@@ -9,6 +9,7 @@
         metrics: ServiceMetrics | None = None,
         munge: MungeSignIn | None | "auto" = "auto",
         max_body_bytes: int = 1 MiB,
+        only_unix_user: str | None = None,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -21,6 +22,8 @@
   libmunge or the munge commands when this host has them, else MUNGE is refused (401
   MUNGE_UNAVAILABLE) and tokens still work; None: refused.
 - `max_body_bytes`: request bodies over it get 413 before they are read (`api.body_limit`).
+- `only_unix_user`: a service that is not root runs jobs as its own account only
+  (`service.account_rule`): new users of any other account get 422 ACCOUNT_NOT_SERVED.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -71,9 +74,10 @@ its owner, its lab's PIs and admins; to everyone else they are null and named in
 placement, times).
 
 Every error is `{"error": {"code", "message", "details"}}` with code one of
-VALIDATION_ERROR, NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT (422), UNAUTHENTICATED (401),
-FORBIDDEN (403), NOT_FOUND (404), CONFLICT (409), PAYLOAD_TOO_LARGE (413: bodies over the
-service's limit, 1 MiB by default), UNAVAILABLE (503), INTERNAL (500).
+VALIDATION_ERROR, NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED (422),
+UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT (409), PAYLOAD_TOO_LARGE
+(413: bodies over the service's limit, 1 MiB by default), UNAVAILABLE (503), INTERNAL
+(500).
 """
 
 
@@ -86,6 +90,7 @@ def create_app(
     metrics: ServiceMetrics | None = None,
     munge: MungeSignIn | Literal["auto"] | None = "auto",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    only_unix_user: str | None = None,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     if munge == "auto":
@@ -117,6 +122,7 @@ def create_app(
         metrics=service_metrics,
         db_slots=db_slots_for(sessions),
         munge=munge,
+        only_unix_user=only_unix_user,
     )
     install_error_handlers(app)
 

@@ -55,6 +55,7 @@ class ApiContext:
     metrics: ServiceMetrics
     db_slots: DbSlots  # requests that may hold a session at once
     munge: MungeSignIn | None = None  # None: MUNGE credentials are refused (tokens only)
+    only_unix_user: str | None = None  # a service that is not root serves this account only
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""

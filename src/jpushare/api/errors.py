@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     VALIDATION_ERROR = "VALIDATION_ERROR"  # 422: the request's body, query or path is wrong
     NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # 422: SPEC §2, nothing could ever hold the job
     UNKNOWN_UNIX_ACCOUNT = "UNKNOWN_UNIX_ACCOUNT"  # 422: a user's Unix account is not on the host
+    ACCOUNT_NOT_SERVED = "ACCOUNT_NOT_SERVED"  # 422: a service that is not root serves 1 account
     UNAUTHENTICATED = "UNAUTHENTICATED"  # 401: no, malformed, unknown or revoked token
     FORBIDDEN = "FORBIDDEN"  # 403: authenticated, but the role does not allow it
     NOT_FOUND = "NOT_FOUND"  # 404: no such job, lab, user, node, tier, token or path

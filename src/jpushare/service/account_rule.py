@@ -4,8 +4,9 @@ Only root can start a process as another Unix account (and only root, or Slurm's
 SlurmUser, can `sbatch --uid` for another account). A service that is neither would run
 every user's job as its own account, which is the hole of issue 9 (one user's job reads
 another's output, the service's database...). So it refuses to start while any user maps
-to an account other than its own, and says which; `--demo` points its demo users at the
-service's account, so `make run` works as any user.
+to an account other than its own, and says which, and its API refuses new users of other
+accounts (422 ACCOUNT_NOT_SERVED); `--demo` points its demo users at the service's
+account, so `make run` works as any user.
 """
 
 from __future__ import annotations
@@ -42,16 +43,22 @@ def may_run_as_others(executor: str) -> bool:
     return executor == "slurm" and slurm_user() == service_account().name
 
 
-def check_service_account(sessions: sessionmaker[Session], executor: str) -> None:
-    """ConfigError (one line) if the service cannot run some user's jobs as their account."""
-    if may_run_as_others(executor):
-        return
-    me = service_account().name
+def served_account(executor: str) -> str | None:
+    """The one Unix account this service may serve, or None when it may serve any."""
+    return None if may_run_as_others(executor) else service_account().name
+
+
+def check_service_account(sessions: sessionmaker[Session], executor: str) -> str | None:
+    """ConfigError (one line) if the service cannot run some user's jobs as their account;
+    else the one account it serves (None: any), for the API to hold new users to it."""
+    me = served_account(executor)
+    if me is None:
+        return None
     with sessions() as session:
         accounts = store.unix_accounts(session)
     others = {account: users for account, users in accounts.items() if account != me}
     if not others:
-        return
+        return me
     shown = "; ".join(
         f"{', '.join(users)} as {account}" for account, users in sorted(others.items())[:5]
     )

@@ -40,6 +40,7 @@ def create_worker_app() -> FastAPI:
     from jpushare import store
     from jpushare.api.app import create_app
     from jpushare.config import load_settings
+    from jpushare.service.account_rule import served_account
     from jpushare.service.serve import build_executor
     from jpushare.sim.cluster_file import load_cluster
     from jpushare.store.observations import load_observed_busy
@@ -55,6 +56,7 @@ def create_worker_app() -> FastAPI:
         executor=executor,
         observed_busy=load_observed_busy,
         max_body_bytes=settings.max_body_bytes,
+        only_unix_user=served_account(settings.executor),
     )
 
 

@@ -178,7 +178,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 loaded = load_cluster_spec(session, cluster, store.utc_now())
                 log.info("empty inventory: loaded %s (%s)", cluster.source, loaded)
 
-    check_service_account(sessions, settings.executor)
+    only_account = check_service_account(sessions, settings.executor)
     executor = build_executor(settings, sessions, cluster)
     router = router_for(settings.router_url)
     stop = threading.Event()
@@ -228,6 +228,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 observed_busy=load_observed_busy,
                 metrics=metrics,
                 max_body_bytes=settings.max_body_bytes,
+                only_unix_user=only_account,
             )
             config = uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_level="info", access_log=False

@@ -47,7 +47,10 @@ router = APIRouter(
         403: {"model": ErrorPublic, "description": "FORBIDDEN: not an admin"},
         404: {"model": ErrorPublic, "description": "NOT_FOUND"},
         409: {"model": ErrorPublic, "description": "CONFLICT: exists already"},
-        422: {"model": ErrorPublic, "description": "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT"},
+        422: {
+            "model": ErrorPublic,
+            "description": "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED",
+        },
     },
 )
 
@@ -184,6 +187,15 @@ def create_user(
         raise ApiError(
             422, ErrorCode.UNKNOWN_UNIX_ACCOUNT, str(exc), {"unix_user": user.unix_user}
         ) from None
+    only = ctx.only_unix_user
+    if only is not None and user.unix_user != only:
+        raise ApiError(
+            422,
+            ErrorCode.ACCOUNT_NOT_SERVED,
+            f"this service runs as the Unix account {only}, not root, so it can run jobs only "
+            f"as {only}, not as {user.unix_user}: run it as root to serve other accounts",
+            {"unix_user": user.unix_user, "served": only},
+        )
     return user_public(user)
 
 
