@@ -3,7 +3,6 @@ database (accounts and a group made for the test, as root)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from jpushare.unix_accounts import (
     service_account,
     valid_account_name,
 )
-from tests.unix_test_accounts import make_accounts, require_root_and_munge
+from tests.unix_test_accounts import account_command, make_accounts, require_root_and_munge
 
 
 @pytest.fixture
@@ -23,12 +22,12 @@ def account_in_a_group() -> Iterator[tuple[str, str]]:
     require_root_and_munge()
     with make_accounts(1) as [name]:
         group = name + "g"
-        subprocess.run(["groupadd", group], check=True, capture_output=True)
+        account_command(["groupadd", group])
         try:
-            subprocess.run(["usermod", "-aG", group, name], check=True, capture_output=True)
+            account_command(["usermod", "-aG", group, name])
             yield name, group
         finally:
-            subprocess.run(["groupdel", group], check=False, capture_output=True)
+            account_command(["groupdel", group])
 
 
 def test_an_account_resolves_to_what_su_would_set(account_in_a_group: tuple[str, str]) -> None:

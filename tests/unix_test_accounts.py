@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -43,22 +44,31 @@ def require_root_and_munge() -> None:
         pytest.skip(problem)
 
 
+def account_command(args: list[str]) -> None:
+    """useradd / userdel, again while another process holds /etc/passwd's lock (tests of
+    other worktrees make accounts too)."""
+    for _ in range(50):
+        done = subprocess.run(args, capture_output=True, check=False)
+        if done.returncode == 0:
+            return
+        if b"lock" not in done.stderr:
+            break
+        time.sleep(0.1)
+    raise RuntimeError(f"{' '.join(args)}: {done.stderr.decode().strip()}")
+
+
 @contextmanager
 def make_accounts(n: int) -> Iterator[list[str]]:
     names = [f"{PREFIX}{secrets.token_hex(4)}" for _ in range(n)]
     made: list[str] = []
     try:
         for name in names:
-            subprocess.run(
-                ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                check=True,
-                capture_output=True,
-            )
+            account_command(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
             made.append(name)
         yield names
     finally:
         for name in made:
-            subprocess.run(["userdel", name], check=False, capture_output=True)
+            account_command(["userdel", name])
 
 
 def credential_as(account: str | int, payload: bytes, ttl_s: int | None = None) -> str:
