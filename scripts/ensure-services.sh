@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Bring up what the tests talk to: PostgreSQL at 127.0.0.1:5432 (database `test`) and the
-# fake Slurm cluster (scripts/slurm/start-fake-cluster.sh, needs root). With CI=true a
+# Bring up what the tests talk to: PostgreSQL at 127.0.0.1:5432 (database `test`), the
+# fake Slurm cluster (scripts/slurm/start-fake-cluster.sh, needs root) and munged (the
+# MUNGE sign-in tests decode real credentials; the fake cluster starts it too). With CI=true a
 # missing service is an error; elsewhere it is a warning and those tests skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,5 +23,22 @@ if [ "$(id -u)" = "0" ]; then
     fi
 else
     sinfo -h >/dev/null 2>&1 || fail "no Slurm cluster (run: sudo scripts/slurm/start-fake-cluster.sh)"
+fi
+# munged answers? (Slurm may have been up already, with munged stopped since.)
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v munged >/dev/null 2>&1; then
+        if [ ! -s /etc/munge/munge.key ]; then
+            mkdir -p /etc/munge
+            mungekey --create --keyfile=/etc/munge/munge.key 2>/dev/null \
+                || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+        fi
+        chown -R munge:munge /etc/munge; chmod 0700 /etc/munge; chmod 0400 /etc/munge/munge.key
+        mkdir -p /run/munge /var/log/munge /var/lib/munge
+        chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 0755 /run/munge
+        runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1 || true
+        for _ in $(seq 1 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+    fi
+    munge -n 2>/dev/null | unmunge >/dev/null 2>&1 \
+        || fail "munged does not answer (the MUNGE sign-in tests need it; as root this script starts it)"
 fi
 exit 0

@@ -11,6 +11,8 @@ SQLite and the local executor. Variables:
 - JPUSHARE_ROUTER_URL: the LLM backfill router; unset = no router
 - JPUSHARE_HOST / JPUSHARE_PORT: where the API listens; default 127.0.0.1 / 8000
 - JPUSHARE_CLUSTER: a cluster file (simulator format) declaring GPUs for the local executor
+- JPUSHARE_MAX_BODY_BYTES: request bodies over it get 413 before they are read; default
+  1048576 (1 MiB)
 
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
@@ -37,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a request body over it gets 413 (api.body_limit)
+
 
 class ConfigError(ValueError):
     """A setting has a value the service cannot use; the message names it."""
@@ -56,6 +60,7 @@ class Settings:
     slurm_gpu_types: Mapping[str, str] = field(default_factory=dict)  # GRES type -> tier
     slurm_sbatch_args: tuple[str, ...] = ()
     slurm_prefix: str = "jps"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     @property
     def slurm_logs(self) -> Path:
@@ -115,6 +120,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sbatch_args = tuple(shlex.split(e.get("JPUSHARE_SLURM_SBATCH_ARGS", "")))
     except ValueError as exc:
         raise ConfigError(f"JPUSHARE_SLURM_SBATCH_ARGS: {exc}") from exc
+    try:
+        max_body = int(e.get("JPUSHARE_MAX_BODY_BYTES", "").strip() or DEFAULT_MAX_BODY_BYTES)
+    except ValueError as exc:
+        raise ConfigError(f"JPUSHARE_MAX_BODY_BYTES must be a number of bytes: {exc}") from exc
+    if not 1024 <= max_body <= 2**40:
+        raise ConfigError("JPUSHARE_MAX_BODY_BYTES must be between 1024 and 2**40 bytes")
     prefix = e.get("JPUSHARE_SLURM_PREFIX", "").strip() or "jps"
     if not _PREFIX.fullmatch(prefix):
         raise ConfigError(
@@ -134,4 +145,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_gpu_types=parse_gpu_types(e.get("JPUSHARE_SLURM_GPU_TYPES", "")),
         slurm_sbatch_args=sbatch_args,
         slurm_prefix=prefix,
+        max_body_bytes=max_body,
     )

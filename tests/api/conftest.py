@@ -131,8 +131,9 @@ def build_world(
 
 
 def make_world(
-    factory: sessionmaker[Session], executor: Executor | None = None
+    factory: sessionmaker[Session], executor: Executor | None = None, **app_options: Any
 ) -> Iterator[ApiWorld]:
+    """The world; `app_options` go to `create_app` (e.g. `munge=`)."""
     clock = Clock()
     tokens, users = build_world(factory, clock)
     holder: dict[str, ApiWorld] = {}
@@ -140,7 +141,7 @@ def make_world(
     def observed(session: Session) -> Mapping[tuple[str, str], int]:
         return holder["world"].observed(session)
 
-    app = create_app(factory, executor=executor, clock=clock, observed_busy=observed)
+    app = create_app(factory, executor=executor, clock=clock, observed_busy=observed, **app_options)
     with TestClient(app, raise_server_exceptions=False) as client:
         world = ApiWorld(factory, app, client, clock, tokens, users)
         holder["world"] = world

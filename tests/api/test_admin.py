@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
-from tests.api.conftest import ApiWorld
+from tests.api.conftest import ApiWorld, make_world
 from tests.api.test_errors import error
 
 
@@ -38,8 +39,10 @@ def test_labs_users_and_tokens(api: ApiWorld) -> None:
     assert r.status_code == 201 and r.json()["name"] == "gamma"
     error(api.post("/v1/admin/labs", "root", json={"name": "gamma"}), 409, "CONFLICT")
     error(api.post("/v1/admin/labs", "root", json={"name": "  "}), 422, "VALIDATION_ERROR")
-    r = api.post("/v1/admin/users", "root", json={"name": "gus", "lab": "gamma", "role": "pi"})
+    gus = {"name": "gus", "lab": "gamma", "role": "pi", "unix_user": "nobody"}
+    r = api.post("/v1/admin/users", "root", json=gus)
     assert r.status_code == 201 and r.json()["role"] == "pi" and r.json()["lab"] == "gamma"
+    assert r.json()["unix_user"] == "nobody"
     error(
         api.post("/v1/admin/users", "root", json={"name": "gus", "lab": "gamma"}), 409, "CONFLICT"
     )
@@ -54,7 +57,7 @@ def test_labs_users_and_tokens(api: ApiWorld) -> None:
         "VALIDATION_ERROR",
     )
     users = api.get("/v1/admin/users", "root", params={"lab": "gamma"}).json()
-    assert [u["name"] for u in users["data"]] == ["gus"]
+    assert [(u["name"], u["unix_user"]) for u in users["data"]] == [("gus", "nobody")]
     r = api.post("/v1/admin/users/gus/tokens", "root", json={"label": "laptop"})
     assert r.status_code == 201
     secret = r.json()["secret"]
@@ -157,3 +160,41 @@ def test_health_and_openapi(api: ApiWorld) -> None:
         assert path in spec["paths"], path
     assert "JobCreate" in spec["components"]["schemas"]
     assert api.client.get("/docs").status_code == 200
+
+
+def test_a_user_is_a_unix_account_of_this_host(api: ApiWorld) -> None:
+    """Issue 9 §1: the account is checked with the system's account database when added."""
+    api.post("/v1/admin/labs", "root", json={"name": "gamma"})
+    # default: the user's name, which is no account here
+    r = api.post("/v1/admin/users", "root", json={"name": "jpst-nosuch", "lab": "gamma"})
+    error(r, 422, "UNKNOWN_UNIX_ACCOUNT")
+    assert r.json()["error"]["details"] == {"unix_user": "jpst-nosuch"}
+    assert "no Unix account 'jpst-nosuch'" in r.json()["error"]["message"]
+    body = {"name": "ivy", "lab": "gamma", "unix_user": "jpst-nosuch"}
+    error(api.post("/v1/admin/users", "root", json=body), 422, "UNKNOWN_UNIX_ACCOUNT")
+    # nothing was stored by the refused requests
+    assert api.get("/v1/admin/users", "root", params={"lab": "gamma"}).json()["data"] == []
+    # a name that could be an option or a path is refused before any lookup
+    for bad in ("-rf", "../etc", "a b", "x" * 65):
+        body = {"name": "ivy", "lab": "gamma", "unix_user": bad}
+        error(api.post("/v1/admin/users", "root", json=body), 422, "VALIDATION_ERROR")
+    # an existing account, under another user name
+    body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}
+    r = api.post("/v1/admin/users", "root", json=body)
+    assert r.status_code == 201 and r.json()["unix_user"] == "root"
+
+
+def test_a_service_that_is_not_root_adds_users_of_its_own_account_only(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Issue 9 §3: `serve` passes its one account (it is not root); the API holds new
+    users to it, as the start check does (which a running service would not repeat)."""
+    for w in make_world(sessions, only_unix_user="nobody"):
+        w.post("/v1/admin/labs", "root", json={"name": "gamma"})
+        body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}
+        r = w.post("/v1/admin/users", "root", json=body)
+        error(r, 422, "ACCOUNT_NOT_SERVED")
+        assert r.json()["error"]["details"] == {"unix_user": "root", "served": "nobody"}
+        assert w.get("/v1/admin/users", "root", params={"lab": "gamma"}).json()["data"] == []
+        body = {"name": "ivy", "lab": "gamma", "unix_user": "nobody"}
+        assert w.post("/v1/admin/users", "root", json=body).status_code == 201

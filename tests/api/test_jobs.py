@@ -23,7 +23,13 @@ def test_submit_returns_201_with_the_job(api: ApiWorld) -> None:
     assert job["state"] == "GLOBAL_QUEUE_WAIT" and job["attempts"] == 0
     assert job["submitted_at"] == "2026-01-05T09:00:00Z"
     assert job["reservation"] is None and job["charged_tflop_s"] == 0.0
-    assert api.get(f"/v1/jobs/{job['id']}", "bob").json() == job
+    assert api.get(f"/v1/jobs/{job['id']}", "alice").json() == job
+    # another lab's student sees it without its command (issue 9 §7)
+    assert api.get(f"/v1/jobs/{job['id']}", "bob").json() == {
+        **job,
+        "command": None,
+        "hidden": ["command"],
+    }
 
 
 def test_a_job_without_a_name_is_named_after_its_command(api: ApiWorld) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from jpushare.policy import decide
 from tests.api.conftest import ALL_BUSY, Clock, build_world
 from tests.client.server import running_server
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
+from tests.unix_test_accounts import require_root_and_munge
 
 
 class Served:
@@ -90,7 +92,7 @@ def test_submit_jobs_queue_why_cancel(
     assert main(["jobs", "--json"]) == 0
     jobs = json.loads(capsys.readouterr().out)["data"]
     assert [(j["id"], j["command"]) for j in jobs] == [
-        (2, "nvidia-smi -L"),
+        (2, None),  # bob's: private to him, his lab's PIs and admins (issue 9 §7)
         (1, "python t.py --lr '0.1 x'"),
     ]
     assert main(["jobs", "--mine"]) == 0
@@ -146,7 +148,7 @@ def test_submit_jobs_queue_why_cancel(
 
 
 def test_errors_are_one_line_with_the_code(
-    served: Served, capsys: pytest.CaptureFixture[str]
+    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code, _, err = cli(served, "alice", "submit", "--gpus", "8", "--", "x", capsys=capsys)
     assert code == 1
@@ -161,8 +163,9 @@ def test_errors_are_one_line_with_the_code(
     assert (code, err.strip()) == (1, "error NOT_FOUND: no job 999")
     code = main(["queue", "--url", served.url, "--token", "jps_wrong"])
     assert code == 1 and capsys.readouterr().err.startswith("error UNAUTHENTICATED:")
+    monkeypatch.setattr("jpushare.client.cli.default_munge", lambda: None)
     code = main(["queue", "--url", served.url])
-    assert code == 1 and "error UNAUTHENTICATED: no token" in capsys.readouterr().err
+    assert code == 1 and "error UNAUTHENTICATED: no token and no MUNGE" in capsys.readouterr().err
     code = main(["queue", "--url", "http://127.0.0.1:9", "--token", "jps_x"])
     assert code == 1 and capsys.readouterr().err.startswith("error UNREACHABLE:")
 
@@ -187,8 +190,28 @@ def test_the_client_class_raises_typed_errors(served: Served) -> None:
         assert (exc.value.code, exc.value.status) == ("FORBIDDEN", 403)
     with Client(served.url, served.tokens["root"]) as admin:
         assert admin.create_lab("gamma")["name"] == "gamma"
-        assert admin.create_user("gil", "gamma")["role"] == "student"
+        assert admin.create_user("gil", "gamma", unix_user="nobody")["role"] == "student"
         secret = admin.issue_token("gil")["secret"]
         assert [n["name"] for n in admin.nodes()["data"]] == ["node-a", "node-b", "node-c"]
     with Client(served.url, secret) as gil:
         assert gil.cancel(gil.submit("y", "true", 2)["id"])["state"] == "CANCELLED"
+
+
+def test_without_a_token_the_cli_signs_in_with_munge(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 9 §2: on a host with MUNGE the CLI needs no token: it is the user whose Unix
+    account runs it (this test runs as root, and the world's user `root` is that account's
+    user); a configured token still wins."""
+    require_root_and_munge()
+    served.clock.now = datetime.now(UTC)  # a credential carries the real time
+    code = main(["submit", "--url", served.url, "--gpus", "1", "--json", "--", "true"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["user"] == "root"
+    code = main(["jobs", "--url", served.url, "--mine", "--json"])
+    assert code == 0
+    assert [j["user"] for j in json.loads(capsys.readouterr().out)["data"]] == ["root"]
+    code = main(["submit", "--url", served.url, "--token", served.tokens["bob"], "--json",
+                 "--gpus", "1", "--", "true"])  # fmt: skip
+    assert code == 0 and json.loads(capsys.readouterr().out)["user"] == "bob"

@@ -79,8 +79,11 @@ def test_admin_commands_manage_labs_users_tokens_nodes_and_tiers(
     url, cluster = cli
     assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
     assert run(capsys, "admin", "lab", "add", "gamma", "--usage", "42")[0] == 0
-    code, out, _ = run(capsys, "admin", "user", "add", "carol", "--lab", "gamma", "--role", "pi")
-    assert code == 0
+    code, out, _ = run(
+        capsys, "admin", "user", "add", "carol", "--lab", "gamma", "--role", "pi",
+        "--unix-user", "nobody",
+    )  # fmt: skip
+    assert code == 0 and "jobs run as nobody" in out
     first = TOKEN.search(out)
     assert first is not None
     code, out, _ = run(capsys, "admin", "token", "issue", "carol")
@@ -129,3 +132,26 @@ def test_admin_errors_are_one_line_and_exit_1(
     assert code == 1 and "--tflops and --sort-order are needed" in err
     code, _, err = run(capsys, "init", "--cluster", str(cluster.with_name("missing.yaml")))
     assert code == 2 and "cannot read the cluster file" in err
+
+
+def test_a_user_is_a_unix_account_checked_when_added(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 9 §1: unknown account -> one line, exit 2, nothing stored; listings show it."""
+    _, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    code, out, err = run(capsys, "admin", "user", "add", "jpst-nosuch", "--lab", "alpha")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("jpushare admin: there is no Unix account 'jpst-nosuch'")
+    code, _, err = run(
+        capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "jpst-nosuch"
+    )
+    assert code == 2 and "'jpst-nosuch'" in err
+    code, out, _ = run(
+        capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "root"
+    )
+    assert code == 0 and "jobs run as root (uid 0)" in out
+    code, out, _ = run(capsys, "admin", "user", "list")
+    lines = out.splitlines()
+    assert lines[0].split() == ["USER", "LAB", "ROLE", "UNIX_USER"]
+    assert [line.split() for line in lines[1:]] == [["ivy", "alpha", "student", "root"]]

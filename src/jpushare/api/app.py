@@ -7,6 +7,9 @@
         clock: Callable[[], datetime] = utc_now,
         observed_busy: Callable[[Session], Mapping[(node, tier), int]] | None = None,
         metrics: ServiceMetrics | None = None,
+        munge: MungeSignIn | None | "auto" = "auto",
+        max_body_bytes: int = 1 MiB,
+        only_unix_user: str | None = None,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -15,6 +18,12 @@
 - `metrics`: share one `ServiceMetrics` with a dispatcher in the same process so its
   `jpushare_dispatch_cycle_seconds` is exported too; default: a new one (`metrics_of(app)`
   returns it).
+- `munge`: how `Authorization: MUNGE <credential>` is decoded (`api.munge_auth`); "auto":
+  libmunge or the munge commands when this host has them, else MUNGE is refused (401
+  MUNGE_UNAVAILABLE) and tokens still work; None: refused.
+- `max_body_bytes`: request bodies over it get 413 before they are read (`api.body_limit`).
+- `only_unix_user`: a service that is not root runs jobs as its own account only
+  (`service.account_rule`): new users of any other account get 422 ACCOUNT_NOT_SERVED.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -26,17 +35,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Literal
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.api import queries
+from jpushare.api.body_limit import BodyLimit, BodyTooLarge
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
-from jpushare.api.errors import install_error_handlers
+from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
+from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service
+from jpushare.config import DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
+from jpushare.munge import default_munge
 from jpushare.store.times import utc_now
 
 API_VERSION = "1"
@@ -44,10 +59,25 @@ API_VERSION = "1"
 DESCRIPTION = """\
 JPU-Share: one fair-share queue in front of a shared multi-GPU cluster.
 
-Authenticate with `Authorization: Bearer <token>` (ask an admin for a token).
+Authenticate with `Authorization: Bearer <token>` (ask an admin for a token), or, from a
+host of the cluster, with `Authorization: MUNGE <credential>`: a fresh credential of the
+cluster's munged per request, whose payload is `jpushare-v1 METHOD PATH[?QUERY]
+sha256=<hex SHA-256 of the body>` and whose uid is the Unix account of exactly one
+user. A credential is good for one request, for that request only, and for a minute. A
+401 says why in `details.reason`: NO_CREDENTIALS, or MUNGE_UNAVAILABLE, MUNGE_INVALID,
+MUNGE_EXPIRED, MUNGE_REPLAYED, MUNGE_WRONG_REQUEST, MUNGE_UNMAPPED, MUNGE_AMBIGUOUS
+(several users share the account: use a token).
+
+Privacy: a job's command, working directory, environment and output files are shown to
+its owner, its lab's PIs and admins; to everyone else they are null and named in the job's
+`hidden` list (what `squeue` shows stays visible: id, name, user, lab, GPUs, state,
+placement, times).
+
 Every error is `{"error": {"code", "message", "details"}}` with code one of
-VALIDATION_ERROR, NO_FIT_PLACEMENT (422), UNAUTHENTICATED (401), FORBIDDEN (403),
-NOT_FOUND (404), CONFLICT (409), UNAVAILABLE (503), INTERNAL (500).
+VALIDATION_ERROR, NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED (422),
+UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT (409), PAYLOAD_TOO_LARGE
+(413: bodies over the service's limit, 1 MiB by default), UNAVAILABLE (503), INTERNAL
+(500).
 """
 
 
@@ -58,8 +88,14 @@ def create_app(
     clock: Callable[[], datetime] = utc_now,
     observed_busy: BusySource | None = None,
     metrics: ServiceMetrics | None = None,
+    munge: MungeSignIn | Literal["auto"] | None = "auto",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    only_unix_user: str | None = None,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
+    if munge == "auto":
+        found = default_munge()
+        munge = MungeSignIn(found) if found is not None else None
     busy: BusySource = observed_busy if observed_busy is not None else store.held_by_jobs
     service_metrics = metrics if metrics is not None else ServiceMetrics()
     read_sessions = store.read_only_sessions(sessions)
@@ -85,8 +121,23 @@ def create_app(
         observed_busy=busy,
         metrics=service_metrics,
         db_slots=db_slots_for(sessions),
+        munge=munge,
+        only_unix_user=only_unix_user,
     )
     install_error_handlers(app)
+
+    async def on_too_large(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, BodyTooLarge)
+        return error_response(
+            413,
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            exc.detail,
+            {"limit_bytes": max_body_bytes},
+            {"Connection": "close"},
+        )
+
+    app.add_exception_handler(BodyTooLarge, on_too_large)
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
     for router in (jobs.router, cluster.router, admin.router, service.router):
         app.include_router(router)
     return app

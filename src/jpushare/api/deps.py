@@ -3,7 +3,8 @@
 `create_app` puts one `ApiContext` on `app.state`; nothing here is built at import time.
 Aliases, as route parameters: `SessionDep` (a session inside one transaction, committed
 when the handler returns, before the response is sent, rolled back if it raises),
-`CurrentUser` (any valid bearer token, else 401), `AdminUser` (role admin, else 403),
+`CurrentUser` (a valid bearer token or MUNGE credential, else 401; see `get_current_user`),
+`AdminUser` (role admin, else 403),
 `ContextDep` (the executor, the clock, the busy-GPU source).
 
 GET (and HEAD) requests are safe by HTTP's rules, and every GET route here only reads:
@@ -32,6 +33,7 @@ from sqlalchemy.pool import QueuePool
 
 from jpushare import store
 from jpushare.api.errors import ApiError, ErrorCode
+from jpushare.api.munge_auth import MungeSignIn, body_of_munge_request, munge_user
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
 from jpushare.store.records import UserRecord
@@ -52,6 +54,8 @@ class ApiContext:
     observed_busy: BusySource
     metrics: ServiceMetrics
     db_slots: DbSlots  # requests that may hold a session at once
+    munge: MungeSignIn | None = None  # None: MUNGE credentials are refused (tokens only)
+    only_unix_user: str | None = None  # a service that is not root serves this account only
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""
@@ -169,16 +173,35 @@ def _end(session: Session, commit: bool) -> None:
 # before the response goes out, so a client never sees a 201 for a job that was not stored.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
-_bearer = HTTPBearer(auto_error=False, description="an API token: `Authorization: Bearer jps_…`")
+# Declared for OpenAPI's "Authorize" button; the header itself is read below, since a
+# `MUNGE` scheme is no bearer token.
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="an API token: `Authorization: Bearer jps_…` (or, from a host of the "
+    "cluster, `Authorization: MUNGE <credential>`: see the API's description)",
+)
 
 
 def get_current_user(
+    request: Request,
     session: SessionDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    context: ContextDep,
+    _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    munge_body: Annotated[bytes | None, Depends(body_of_munge_request)],
 ) -> UserRecord:
-    if credentials is None:
-        raise ApiError(401, ErrorCode.UNAUTHENTICATED, "missing bearer token")
-    token = credentials.credentials.strip()
+    """The user of the request's `Authorization`: `Bearer <token>` or `MUNGE <credential>`."""
+    scheme, _, value = request.headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() == "munge":
+        body = munge_body if munge_body is not None else b""
+        return munge_user(session, context.munge, request, body, value, context.clock())
+    if scheme.lower() != "bearer" or not value.strip():
+        raise ApiError(
+            401,
+            ErrorCode.UNAUTHENTICATED,
+            "missing bearer token (or MUNGE credential)",
+            {"reason": "NO_CREDENTIALS"},
+        )
+    token = value.strip()
     if len(token) > 200:
         raise ApiError(401, ErrorCode.UNAUTHENTICATED, "invalid or revoked token")
     user = store.authenticate(session, token)

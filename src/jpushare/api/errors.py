@@ -35,11 +35,14 @@ log = logging.getLogger(__name__)
 class ErrorCode(StrEnum):
     VALIDATION_ERROR = "VALIDATION_ERROR"  # 422: the request's body, query or path is wrong
     NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # 422: SPEC §2, nothing could ever hold the job
+    UNKNOWN_UNIX_ACCOUNT = "UNKNOWN_UNIX_ACCOUNT"  # 422: a user's Unix account is not on the host
+    ACCOUNT_NOT_SERVED = "ACCOUNT_NOT_SERVED"  # 422: a service that is not root serves 1 account
     UNAUTHENTICATED = "UNAUTHENTICATED"  # 401: no, malformed, unknown or revoked token
     FORBIDDEN = "FORBIDDEN"  # 403: authenticated, but the role does not allow it
     NOT_FOUND = "NOT_FOUND"  # 404: no such job, lab, user, node, tier, token or path
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"  # 405
     CONFLICT = "CONFLICT"  # 409: e.g. cancelling an ended job, a name that exists
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"  # 413: a request body over the service's limit
     INTERNAL = "INTERNAL"  # 500: a bug; details are in the server log only
     UNAVAILABLE = "UNAVAILABLE"  # 503: e.g. the log asked of a process without an executor
 
@@ -128,6 +131,7 @@ _HTTP_CODES = {
     404: ErrorCode.NOT_FOUND,
     405: ErrorCode.METHOD_NOT_ALLOWED,
     409: ErrorCode.CONFLICT,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
     422: ErrorCode.VALIDATION_ERROR,
 }
 
@@ -137,7 +141,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer, MUNGE"} if exc.status == 401 else None
         return error_response(exc.status, exc.code, exc.message, exc.details, headers)
 
     async def on_store_error(request: Request, exc: Exception) -> JSONResponse:

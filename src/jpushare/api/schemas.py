@@ -22,6 +22,7 @@ from jpushare.store.records import (
     TokenRecord,
     UserRecord,
 )
+from jpushare.unix_accounts import ACCOUNT_NAME
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -42,6 +43,11 @@ def _trimmed_name(value: str) -> str:
 
 Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_trimmed_name)]
 """A lab, user, tier or node name (the columns are VARCHAR(100) / TEXT)."""
+
+UnixAccountName = Annotated[
+    str, Field(min_length=1, max_length=64, pattern=f"^(?:{ACCOUNT_NAME.pattern})$")
+]
+"""A Unix account name (`jpushare.unix_accounts.ACCOUNT_NAME`)."""
 
 JobId = Annotated[int, Field(ge=1, le=INT64_MAX)]
 GpuCount = Annotated[int, Field(ge=MIN_GPUS, le=MAX_GPUS)]
@@ -93,10 +99,21 @@ class ReservationPublic(BaseModel):
     since: datetime | None
 
 
+HIDDEN_DESCRIPTION = (
+    "the private fields withheld from you (null here): a job's command, working directory, "
+    "environment and output files are shown to its owner, its lab's PIs and admins only"
+)
+
+
 class JobPublic(BaseModel):
+    """A job. Private fields (`command`, and the working directory, environment and output
+    files) are null for users other than its owner, its lab's PIs and admins, and named in
+    `hidden`; the rest is what `squeue` shows everyone."""
+
     id: int
     name: str
-    command: str
+    command: str | None = Field(description="null when hidden (see `hidden`)")
+    hidden: list[str] = Field(default_factory=list, description=HIDDEN_DESCRIPTION)
     user: str
     lab: str
     num_gpus: int
@@ -357,6 +374,12 @@ class UserCreate(_In):
     name: Name
     lab: Name
     role: Literal["student", "pi", "admin"] = "student"
+    unix_user: UnixAccountName | None = Field(
+        default=None,
+        description="the Unix account the user's jobs run as and MUNGE sign-in maps to; "
+        "default: the user's name. It must exist on the service's host (422 "
+        "UNKNOWN_UNIX_ACCOUNT otherwise)",
+    )
 
 
 class UserPublic(BaseModel):
@@ -364,6 +387,7 @@ class UserPublic(BaseModel):
     name: str
     lab: str
     role: str
+    unix_user: str = Field(description="the Unix account the user's jobs run as")
     created_at: datetime
 
 
@@ -497,7 +521,14 @@ def node_public(n: NodeRecord) -> NodePublic:
 
 
 def user_public(u: UserRecord) -> UserPublic:
-    return UserPublic(id=u.id, name=u.name, lab=u.lab_name, role=u.role, created_at=u.created_at)
+    return UserPublic(
+        id=u.id,
+        name=u.name,
+        lab=u.lab_name,
+        role=u.role,
+        unix_user=u.unix_user,
+        created_at=u.created_at,
+    )
 
 
 def token_public(t: TokenRecord) -> TokenPublic:

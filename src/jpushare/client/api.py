@@ -3,17 +3,49 @@
 All I/O passes through `_call`, which turns every non-2xx answer into `ApiError` with the
 server's `{"error": {code, message, details}}`, and a connection failure into code
 UNREACHABLE; tests can pass `transport=httpx.MockTransport(handler)`.
+
+Authentication: a token (`Authorization: Bearer …`) when one is given; else, with a
+`Munge`, a fresh MUNGE credential per request naming that request (`MungeAuth`), the way
+Slurm's commands authenticate: no token needed on a host of the cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from jpushare.munge import Munge, MungeError, request_payload
+
 JSON = dict[str, Any]
+
+
+class MungeAuth(httpx.Auth):
+    """`Authorization: MUNGE <credential>` on every request, made for that request only
+    (method, path, query and body digest in the payload), so a captured one is good for
+    nothing else."""
+
+    requires_request_body = True  # httpx reads it before auth_flow: its digest is signed
+
+    def __init__(self, munge: Munge) -> None:
+        self.munge = munge
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        payload = request_payload(
+            request.method, request.url.path, request.url.query.decode("ascii"), request.content
+        )
+        try:
+            credential = self.munge.encode(payload)
+        except MungeError as exc:
+            raise ApiError(
+                "MUNGE",
+                f"munge could not make a credential ({exc.message}): is munged running? "
+                "Or use a token (JPUSHARE_TOKEN)",
+            ) from exc
+        request.headers["Authorization"] = f"MUNGE {credential}"
+        yield request
 
 
 class ApiError(Exception):
@@ -30,22 +62,26 @@ class ApiError(Exception):
 
 
 class Client:
-    """The JPU-Share REST API at `url`, authenticated with `token`."""
+    """The JPU-Share REST API at `url`, authenticated with `token`, else with `munge`."""
 
     def __init__(
         self,
         url: str,
         token: str | None = None,
         *,
+        munge: Munge | None = None,
         timeout_s: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Accept": "application/json", "User-Agent": "jpushare-client"}
-        if token:
+        auth: httpx.Auth | None = None
+        if token:  # a token wins: it names the user even where accounts are shared
             headers["Authorization"] = f"Bearer {token}"
+        elif munge is not None:
+            auth = MungeAuth(munge)
         self.url = url.rstrip("/")
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
 
     def close(self) -> None:
@@ -242,8 +278,12 @@ class Client:
         result: JSON = self._call("POST", "/v1/admin/labs", json={"name": name})
         return result
 
-    def create_user(self, name: str, lab: str, role: str = "student") -> JSON:
+    def create_user(
+        self, name: str, lab: str, role: str = "student", unix_user: str | None = None
+    ) -> JSON:
         body = {"name": name, "lab": lab, "role": role}
+        if unix_user is not None:
+            body["unix_user"] = unix_user
         result: JSON = self._call("POST", "/v1/admin/users", json=body)
         return result
 

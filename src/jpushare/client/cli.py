@@ -10,9 +10,12 @@
 
 Every command takes `--url URL`, `--token TOKEN` (see `jpushare.client.config` for
 JPUSHARE_URL, JPUSHARE_TOKEN and the config file) and `--json` (the API's JSON on stdout,
-for scripts). Output is a table or a sentence a person can read; times are relative
-("3m ago"). `submit -- CMD…`: one argument is taken as a shell command as is
-(`-- 'python a.py && echo done'`), several are quoted and joined (`-- python a.py --lr 0.1`).
+for scripts). Without a token, on a host with MUNGE (every host of a Slurm cluster), each
+request carries a fresh MUNGE credential instead: the service knows you by your Unix
+account; a configured token wins over MUNGE. Output is a table or a sentence a person can
+read; times are relative ("3m ago"). `submit -- CMD…`: one argument is taken as a shell
+command as is (`-- 'python a.py && echo done'`), several are quoted and joined
+(`-- python a.py --lr 0.1`).
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
 `error CODE: message`); 2 bad usage.
@@ -31,6 +34,7 @@ from typing import Any, TextIO
 
 from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.munge import default_munge
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -387,13 +391,14 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
     out = out if out is not None else sys.stdout
     try:
         config = load_client_config(args.url, args.token)
-        if not config.token:
+        munge = None if config.token else default_munge()
+        if not config.token and munge is None:
             raise ApiError(
                 "UNAUTHENTICATED",
-                "no token: set JPUSHARE_TOKEN, pass --token, or put it in "
-                f"{config_path(os.environ)} (ask an admin for one)",
+                "no token and no MUNGE on this host: set JPUSHARE_TOKEN, pass --token, or put "
+                f"it in {config_path(os.environ)} (ask an admin for one)",
             )
-        with Client(config.url, config.token) as api:
+        with Client(config.url, config.token, munge=munge) as api:
             result = printer(api, args, out, datetime.now(UTC))
     except ApiError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)

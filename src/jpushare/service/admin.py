@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from jpushare import store
 from jpushare.config import load_settings
 from jpushare.store.cluster_setup import set_lab_usage
+from jpushare.unix_accounts import UnknownAccount, resolve_account
 
 
 @contextmanager
@@ -62,9 +63,14 @@ def _lab_list(args: argparse.Namespace) -> int:
 def _user_add(args: argparse.Namespace) -> int:
     now = store.utc_now()
     with transaction() as s:
-        user = store.create_user(s, args.name, args.lab, args.role, now)
+        user = store.create_user(s, args.name, args.lab, args.role, now, args.unix_user)
+        # After the store's checks (lab, name); raising rolls the insert back.
+        account = resolve_account(user.unix_user)
         issued = store.issue_token(s, user.id, now, label=args.label)
-    print(f"user {user.name} created in lab {user.lab_name} as {user.role}")
+    print(
+        f"user {user.name} created in lab {user.lab_name} as {user.role}; "
+        f"jobs run as {account.name} (uid {account.uid})"
+    )
     print(f"token (id {issued.token.id}, shown once): {issued.secret}")
     return 0
 
@@ -72,7 +78,8 @@ def _user_add(args: argparse.Namespace) -> int:
 def _user_list(args: argparse.Namespace) -> int:
     with transaction() as s:
         users = store.list_users(s, args.lab)
-    print(table(["USER", "LAB", "ROLE"], [(u.name, u.lab_name, u.role) for u in users]))
+    rows = [(u.name, u.lab_name, u.role, u.unix_user) for u in users]
+    print(table(["USER", "LAB", "ROLE", "UNIX_USER"], rows))
     return 0
 
 
@@ -194,7 +201,8 @@ def _tier_list(args: argparse.Namespace) -> int:
 
 
 def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Store errors become one line on stderr and exit code 1."""
+    """Store errors become one line on stderr and exit code 1; an unknown Unix account
+    exit code 2 (bad usage: nothing was changed)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -202,6 +210,9 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except store.StoreError as exc:
             print(f"jpushare admin: {exc}", file=sys.stderr)
             return 1
+        except UnknownAccount as exc:
+            print(f"jpushare admin: {exc}", file=sys.stderr)
+            return 2
 
     return run
 
@@ -234,6 +245,12 @@ def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("name")
     p.add_argument("--lab", required=True)
     p.add_argument("--role", choices=[r.value for r in store.Role], default="student")
+    p.add_argument(
+        "--unix-user",
+        metavar="ACCOUNT",
+        help="the Unix account the user's jobs run as and MUNGE sign-in maps to (default: "
+        "NAME); it must exist on this host",
+    )
     p.add_argument("--label", default="", help="a note on the token")
     p = command(user, "list", _user_list, "list users")
     p.add_argument("--lab")

@@ -40,6 +40,7 @@ def create_worker_app() -> FastAPI:
     from jpushare import store
     from jpushare.api.app import create_app
     from jpushare.config import load_settings
+    from jpushare.service.account_rule import served_account
     from jpushare.service.serve import build_executor
     from jpushare.sim.cluster_file import load_cluster
     from jpushare.store.observations import load_observed_busy
@@ -50,7 +51,13 @@ def create_worker_app() -> FastAPI:
     # the inventory, which the main process has loaded before starting the workers.
     cluster = load_cluster(settings.cluster_file) if settings.cluster_file is not None else None
     executor = build_executor(settings, sessions, cluster)
-    return create_app(sessions, executor=executor, observed_busy=load_observed_busy)
+    return create_app(
+        sessions,
+        executor=executor,
+        observed_busy=load_observed_busy,
+        max_body_bytes=settings.max_body_bytes,
+        only_unix_user=served_account(settings.executor),
+    )
 
 
 def keep_nodelay(sock: socket.socket) -> None:

@@ -5,7 +5,9 @@ If the database has no inventory yet, it is initialised from the example cluster
 and an admin; tokens for them go to `<state dir>/demo-tokens.env`, which a shell sources
 (`. var/demo-tokens.env`) to point the `jpushare` client at the service. A database that
 already has an inventory is left as it is; its tokens file is kept if there is one, and
-rewritten with fresh tokens for the demo users otherwise.
+rewritten with fresh tokens for the demo users otherwise. The demo users are the Unix
+account that runs the service (a service that is not root may run jobs only as itself,
+`account_rule`), also in a demo database made by an earlier version or another account.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.store.cluster_setup import inventory_is_empty, load_cluster_spec
+from jpushare.unix_accounts import service_account
 
 DEMO_CLUSTER = Path("examples") / "cluster.yaml"
 TOKENS_FILE = "demo-tokens.env"
@@ -63,6 +66,7 @@ def prepare_demo(
             for lab in labs:
                 if lab not in existing:
                     store.create_lab(session, lab, now)
+        _point_demo_users_at(session, service_account().name)
         if not fresh and tokens_file.exists():
             return Demo(tokens_file, False, ())
         users = _ensure_users(session, now)
@@ -70,14 +74,30 @@ def prepare_demo(
     return Demo(tokens_file, fresh, tuple(users))
 
 
-def _ensure_users(session: Session, now: datetime) -> list[DemoUser]:
+def _wanted_users(session: Session) -> list[tuple[str, str, str]]:
+    """(name, lab, role) of the demo users: a student per lab and an admin."""
     labs = sorted(lab.name for lab in store.list_labs(session))
-    known = {u.name: u for u in store.list_users(session)}
     wanted = [(user_name(lab), lab, "student") for lab in labs]
-    wanted.append((ADMIN_USER, labs[0], "admin"))
+    if labs:
+        wanted.append((ADMIN_USER, labs[0], "admin"))
+    return wanted
+
+
+def _point_demo_users_at(session: Session, account: str) -> None:
+    """Demo users that exist run as `account` (the service's)."""
+    known = {u.name: u for u in store.list_users(session)}
+    for name, _lab, _role in _wanted_users(session):
+        user = known.get(name)
+        if user is not None and user.unix_user != account:
+            store.set_unix_user(session, name, account)
+
+
+def _ensure_users(session: Session, now: datetime) -> list[DemoUser]:
+    known = {u.name: u for u in store.list_users(session)}
+    account = service_account().name
     out: list[DemoUser] = []
-    for name, lab, role in wanted:
-        user = known.get(name) or store.create_user(session, name, lab, role, now)
+    for name, lab, role in _wanted_users(session):
+        user = known.get(name) or store.create_user(session, name, lab, role, now, account)
         issued = store.issue_token(session, user.id, now, label="demo")
         out.append(DemoUser(user.name, user.lab_name, user.role, issued.secret))
     return out

@@ -1,8 +1,9 @@
 """`jpushare serve`: the service in one process — migrations, executor, dispatcher, API.
 
 Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
-→ executor → LLM router client → the dispatcher loop on a thread (it acts only while it
-holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
+→ the single-account rule (`account_rule`: a service that is not root serves one Unix
+account only) → executor → LLM router client → the dispatcher loop on a thread (it acts
+only while it holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
 thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
 (which finishes its cycle and lets go of the lock); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
@@ -36,6 +37,7 @@ from jpushare.dispatcher.loop import Dispatcher
 from jpushare.executors.base import Executor
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.llm_router import router_for
+from jpushare.service.account_rule import check_service_account
 from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
 from jpushare.store.observations import load_observed_busy
@@ -176,6 +178,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 loaded = load_cluster_spec(session, cluster, store.utc_now())
                 log.info("empty inventory: loaded %s (%s)", cluster.source, loaded)
 
+    only_account = check_service_account(sessions, settings.executor)
     executor = build_executor(settings, sessions, cluster)
     router = router_for(settings.router_url)
     stop = threading.Event()
@@ -220,7 +223,12 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             from jpushare.api.app import create_app
 
             app = create_app(
-                sessions, executor=executor, observed_busy=load_observed_busy, metrics=metrics
+                sessions,
+                executor=executor,
+                observed_busy=load_observed_busy,
+                metrics=metrics,
+                max_body_bytes=settings.max_body_bytes,
+                only_unix_user=only_account,
             )
             config = uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_level="info", access_log=False

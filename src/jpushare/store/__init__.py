@@ -30,6 +30,9 @@ from jpushare.store.accounts import (
     list_tokens,
     list_users,
     revoke_token,
+    set_unix_user,
+    unix_accounts,
+    users_of_unix_account,
 )
 from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.engine import (
@@ -177,6 +180,7 @@ __all__ = [
     "set_gpu_schedulable",
     "set_node_gpus",
     "set_node_state",
+    "set_unix_user",
     "settle_cancelled_run",
     "sqlite_url",
     "submit",
@@ -185,8 +189,10 @@ __all__ = [
     "to_epoch",
     "undo_dispatch",
     "undrain_node",
+    "unix_accounts",
     "upgrade",
     "upsert_tier",
     "upsert_tiers",
+    "users_of_unix_account",
     "utc_now",
 ]

@@ -134,6 +134,40 @@ def list_users(session: Session, lab: str | None = None) -> list[UserRecord]:
     return [_user_record(u, lab_name) for u, lab_name in session.execute(stmt)]
 
 
+def users_of_unix_account(session: Session, unix_user: str) -> list[UserRecord]:
+    """The users whose jobs run as the Unix account `unix_user` (MUNGE sign-in maps a
+    credential's uid to its account, then here; several users on one account are allowed
+    but then a MUNGE credential cannot say which one it is)."""
+    stmt = (
+        select(User, Lab.name)
+        .join(Lab, Lab.id == User.lab_id)
+        .where(User.unix_user == unix_user)
+        .order_by(User.name)
+    )
+    return [_user_record(u, lab_name) for u, lab_name in session.execute(stmt)]
+
+
+def unix_accounts(session: Session) -> dict[str, list[str]]:
+    """Unix account -> the users that run as it (for the single-account rule of `serve`)."""
+    out: dict[str, list[str]] = {}
+    for name, unix_user in session.execute(select(User.name, User.unix_user).order_by(User.name)):
+        out.setdefault(unix_user, []).append(name)
+    return out
+
+
+def set_unix_user(session: Session, name: str, unix_user: str) -> UserRecord:
+    """Point user `name`'s jobs (and MUNGE sign-in) at another Unix account."""
+    unix_user = unix_user.strip()
+    if not unix_user or len(unix_user) > 64:
+        raise InvalidRequest("a Unix account name has 1 to 64 characters")
+    user = session.scalars(select(User).where(User.name == name)).one_or_none()
+    if user is None:
+        raise NotFound("user", name)
+    user.unix_user = unix_user
+    session.flush()
+    return get_user(session, name)
+
+
 # --- tokens ------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from jpushare import store
 from jpushare.api.deps import AdminUser, ContextDep, SessionDep, get_admin_user
+from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.schemas import (
     INT32_MAX,
     ErrorPublic,
@@ -35,6 +36,7 @@ from jpushare.api.schemas import (
     token_public,
     user_public,
 )
+from jpushare.unix_accounts import UnknownAccount, resolve_account
 
 router = APIRouter(
     prefix="/v1/admin",
@@ -45,7 +47,10 @@ router = APIRouter(
         403: {"model": ErrorPublic, "description": "FORBIDDEN: not an admin"},
         404: {"model": ErrorPublic, "description": "NOT_FOUND"},
         409: {"model": ErrorPublic, "description": "CONFLICT: exists already"},
-        422: {"model": ErrorPublic, "description": "VALIDATION_ERROR"},
+        422: {
+            "model": ErrorPublic,
+            "description": "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED",
+        },
     },
 )
 
@@ -173,8 +178,25 @@ def create_lab(
 def create_user(
     body: UserCreate, session: SessionDep, admin: AdminUser, ctx: ContextDep
 ) -> UserPublic:
-    """A user of a lab with a role; issue a token for them next."""
-    return user_public(store.create_user(session, body.name, body.lab, body.role, ctx.clock()))
+    """A user of a lab with a role, whose jobs run as the Unix account `unix_user` (default:
+    the name), which must exist on this host; issue a token for them next."""
+    user = store.create_user(session, body.name, body.lab, body.role, ctx.clock(), body.unix_user)
+    try:  # after the store's checks (lab, name), so their errors come first
+        resolve_account(user.unix_user)
+    except UnknownAccount as exc:  # raising rolls the insert back
+        raise ApiError(
+            422, ErrorCode.UNKNOWN_UNIX_ACCOUNT, str(exc), {"unix_user": user.unix_user}
+        ) from None
+    only = ctx.only_unix_user
+    if only is not None and user.unix_user != only:
+        raise ApiError(
+            422,
+            ErrorCode.ACCOUNT_NOT_SERVED,
+            f"this service runs as the Unix account {only}, not root, so it can run jobs only "
+            f"as {only}, not as {user.unix_user}: run it as root to serve other accounts",
+            {"unix_user": user.unix_user, "served": only},
+        )
+    return user_public(user)
 
 
 @router.get("/users")

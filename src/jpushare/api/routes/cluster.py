@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from jpushare import store
 from jpushare.api import queries
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
+from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     ErrorPublic,
     LabsPublic,
@@ -46,7 +47,8 @@ def queue(
     view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
-    data = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
+    entries = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
+    data = [for_viewer(e, records[e.job_id], user) for e in entries]
     return QueuePublic(
         data=data,
         count=len(data),

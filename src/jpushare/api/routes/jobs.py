@@ -14,6 +14,7 @@ from jpushare.api import queries
 from jpushare.api.deps import ApiContext, ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.permissions import require_manage
+from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     INT64_MAX,
     ErrorPublic,
@@ -92,7 +93,8 @@ def list_jobs(
     before_id: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobsPublic:
-    """Jobs, newest first; every filter narrows. Page with `before_id`."""
+    """Jobs, newest first; every filter narrows. Page with `before_id`. Other users' jobs
+    come without their private fields (null, named in `hidden`), as `squeue` shows them."""
     jobs = store.list_jobs(
         session,
         store.JobFilter(
@@ -105,7 +107,7 @@ def list_jobs(
     )
     tiers = queries.tier_names_by_sort_order(session)
     return JobsPublic(
-        data=[job_public(j, tiers) for j in jobs],
+        data=[for_viewer(job_public(j, tiers), j, user) for j in jobs],
         count=len(jobs),
         next_before_id=jobs[-1].id if len(jobs) == limit else None,
     )
@@ -113,7 +115,10 @@ def list_jobs(
 
 @router.get("/{job_id}", responses=_JOB_ERRORS)
 def get_job(job_id: JobIdPath, session: SessionDep, user: CurrentUser) -> JobPublic:
-    return job_public(store.get_job(session, job_id), queries.tier_names_by_sort_order(session))
+    """The job; its private fields are null unless it is yours, your lab's (pi) or you are
+    an admin (see `hidden`)."""
+    job = store.get_job(session, job_id)
+    return for_viewer(job_public(job, queries.tier_names_by_sort_order(session)), job, user)
 
 
 def _stop_run(executor: Executor, job_id: int, attempt: int, executor_id: str | None) -> None:
@@ -169,11 +174,11 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
         view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
         if job.policy_id in view.queued:
-            return queued_why(view, job, history, tiers)
+            return for_viewer(queued_why(view, job, history, tiers), job, user)
         # A cycle dispatched (or a cancel ended) it between the two reads (PostgreSQL's
         # READ COMMITTED): answer from its new state.
         job, history = store.get_job(session, job_id), store.job_history(session, job_id)
-    return history_why(job, history, tiers, now)
+    return for_viewer(history_why(job, history, tiers, now), job, user)
 
 
 @router.get(
