@@ -34,7 +34,7 @@ from jpushare import store
 from jpushare.api import queries
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import install_error_handlers
-from jpushare.api.routes import admin, cluster, jobs, service
+from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.store.times import utc_now
@@ -87,7 +87,7 @@ def create_app(
         db_slots=db_slots_for(sessions),
     )
     install_error_handlers(app)
-    for router in (jobs.router, cluster.router, admin.router, service.router):
+    for router in (jobs.router, cluster.router, stats.router, admin.router, service.router):
         app.include_router(router)
     return app
 
