@@ -55,16 +55,6 @@ def _hours(t: float) -> float:
     return t / _HOUR
 
 
-def _short_duration(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 2 * _HOUR:
-        return f"{s / 60:.0f}m"
-    if s < 2 * _DAY:
-        return f"{s / _HOUR:.1f}h"
-    return f"{s / _DAY:.1f}d"
-
-
 def _time_axis(span_s: float) -> tuple[float, str]:
     """Hours for a replay under 3 days, else days: (seconds per unit, axis label)."""
     if span_s < 3 * _DAY:
@@ -220,6 +210,7 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
         max(WAIT_FLOOR_S, j.wait_s) for r in results for j in r.jobs if j.wait_s is not None
     ]
     hi = max([WAIT_FLOOR_S * 10, *all_waits]) * 1.6
+    cycle_s = max((r.cycle_s for r in results), default=0.0)
     cols = 2 if len(gpu_counts) == 4 else max(1, min(len(gpu_counts), 3))
     rows = max(1, math.ceil(len(gpu_counts) / cols))
     fig, axes = plt.subplots(
@@ -255,6 +246,11 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
         ax.set_ylim(0, 1.02)
         ax.grid(True, which="major", alpha=0.3)
         _duration_axis(ax, WAIT_FLOOR_S, hi)
+        if cycle_s > WAIT_FLOOR_S:  # waits under one cycle are where a submission fell in it
+            ax.axvline(cycle_s, color="#777777", linestyle=":", linewidth=1)
+            ax.text(
+                cycle_s * 1.1, 0.02, f"one cycle ({cycle_s:g} s)", fontsize="x-small", color="#555"
+            )
     for ax in flat[len(gpu_counts) :]:
         ax.set_visible(False)
     for row in axes:
@@ -285,6 +281,9 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
     )
     fig.savefig(path, dpi=110, metadata=_META)
     plt.close(fig)
+
+
+_BUCKET_NAMES = {600.0: "10 minutes", _HOUR: "hour", 6 * _HOUR: "6 hours", _DAY: "day"}
 
 
 def _bucket_width(span_s: float) -> float:
@@ -324,6 +323,7 @@ def plot_watch(result: SimResult, path: Path) -> bool:
         color="#bbbbbb",
         label="still held at the end",
     )
+    top.set_ylim(0, max(b.counts.started for b in buckets) * 1.08)
     top.set_ylabel("reservations started")
     top.yaxis.set_major_locator(MaxNLocator(integer=True))
     top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
@@ -355,7 +355,7 @@ def plot_watch(result: SimResult, path: Path) -> bool:
         _duration_axis(low, lo, hi, axis="y")
         low.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     low.set_ylabel("hold (log)")
-    low.set_xlabel(f"{label}; reservations grouped by start, per {_short_duration(width)}")
+    low.set_xlabel(f"{label}; reservations grouped by start, per {_BUCKET_NAMES[width]}")
     for ax in (top, mid, low):
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(
