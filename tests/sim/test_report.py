@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from jpushare.policy.watch import percentile
 from jpushare.sim.engine import simulate
+from jpushare.sim.plots import lab_shares
 from jpushare.sim.report import (
     JOBS_COLUMNS,
     fmt_number,
     jain_fairness,
     jobs_csv,
-    percentile,
     summary,
     wait_stats,
     write_outputs,
 )
-from jpushare.sim.plots import lab_shares
 from tests.sim.builders import cluster, job, random_case
 
 
