@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from jpushare.policy.model import ReleaseReason
@@ -182,36 +182,25 @@ def _epoch_expr(session: Session, column: Any) -> Any:
 
 def lab_reservation_totals(session: Session) -> dict[str, LabReservationTotals]:
     """lab -> reservations started and failed, over the whole event history (SPEC §10)."""
-    started: dict[str, int] = {
-        lab: n
-        for lab, n in session.execute(
-            select(Lab.name, func.count())
-            .select_from(JobEvent)
-            .join(Job, Job.id == JobEvent.job_id)
-            .join(Lab, Lab.id == Job.lab_id)
-            .where(JobEvent.kind == EventKind.RESERVATION_STARTED.value)
-            .group_by(Lab.name)
-        )
-    }
     reason = JobEvent.detail["reason"].as_string()
-    failed: dict[str, int] = {
-        lab: n
-        for lab, n in session.execute(
-            select(Lab.name, func.count())
-            .select_from(JobEvent)
-            .join(Job, Job.id == JobEvent.job_id)
-            .join(Lab, Lab.id == Job.lab_id)
-            .where(
-                JobEvent.kind == EventKind.RELEASED.value,
-                reason.in_([r.value for r in FAILED_REASONS]),
-            )
-            .group_by(Lab.name)
+    is_started = JobEvent.kind == EventKind.RESERVATION_STARTED.value
+    is_failed = (JobEvent.kind == EventKind.RELEASED.value) & reason.in_(
+        [r.value for r in FAILED_REASONS]
+    )
+    rows = session.execute(  # one pass over the reservation events
+        select(
+            Lab.name,
+            func.sum(case((is_started, 1), else_=0)),
+            func.sum(case((is_failed, 1), else_=0)),
         )
-    }
-    return {
-        lab: LabReservationTotals(int(started.get(lab, 0)), int(failed.get(lab, 0)))
-        for lab in sorted({*started, *failed})
-    }
+        .select_from(JobEvent)
+        .join(Job, Job.id == JobEvent.job_id)
+        .join(Lab, Lab.id == Job.lab_id)
+        .where(JobEvent.kind.in_([EventKind.RESERVATION_STARTED.value, EventKind.RELEASED.value]))
+        .group_by(Lab.name)
+        .order_by(Lab.name)
+    )
+    return {lab: LabReservationTotals(int(st or 0), int(fa or 0)) for lab, st, fa in rows}
 
 
 def size_totals(session: Session) -> dict[int, SizeTotals]:
