@@ -7,7 +7,7 @@ import pytest
 from jpushare import store
 from jpushare.policy.model import ReleaseReason
 from jpushare.store.schema import JobState
-from jpushare.store.watch import load_ended_jobs, load_reservation_spans
+from jpushare.store.watch import load_ended_jobs, load_reservation_spans, size_totals
 from tests.store.conftest import ALL_BUSY, T0, World, at, run_cycle, submit
 
 
@@ -70,3 +70,20 @@ def test_ended_jobs_carry_costs_and_the_wait_to_their_first_dispatch(world: Worl
     assert b.run_cost == pytest.approx(4 * 10 * tflops)
     assert b.charged == pytest.approx(b.run_cost + b.reservation_cost)
     assert [int(j.job_id) for j in only_first] == [first]
+
+
+def test_a_requeued_job_waited_until_its_first_dispatch_not_its_last(world: World) -> None:
+    busy = dict(ALL_BUSY) | {("node-b", "rtx4090"): 0}
+    job = submit(world, world.alice, 1, seconds=3)
+    run_cycle(world, 5, busy)  # first dispatch at 5 s
+    with world.sessions.begin() as s:
+        store.mark_running(s, job, at(6))
+        store.requeue_after_node_failure(s, job, at(20))
+    run_cycle(world, 25, busy)  # second dispatch at 25 s
+    with world.sessions.begin() as s:
+        store.mark_running(s, job, at(26))
+        store.end_job(s, job, JobState.COMPLETED, at(30))
+        (ended,) = load_ended_jobs(s, T0, at(100))
+        sizes = size_totals(s)
+    assert ended.wait_s == 2.0  # 5 s - 3 s, though dispatched_at now says 25 s
+    assert (sizes[1].waited, sizes[1].wait_sum_s) == (1, pytest.approx(2.0, abs=1e-3))

@@ -104,14 +104,26 @@ def _reason(raw: object) -> ReleaseReason | None:
         return None
 
 
-def load_ended_jobs(session: Session, since: datetime, until: datetime) -> list[EndedJob]:
-    """Jobs that ended in [since, until], with their costs and their wait."""
-    first_dispatch = (
+def _first_dispatch() -> Any:
+    """SQL for a job's first dispatch time. A job dispatched once (`attempts` counts every
+    dispatch, undone ones too) still has it in `dispatched_at`; only the others need the
+    earliest `dispatched` event, looked up through job_events' (job_id, id) index."""
+    earliest_event = (
         select(func.min(JobEvent.at))
         .where(JobEvent.job_id == Job.id, JobEvent.kind == EventKind.DISPATCHED.value)
         .correlate(Job)
         .scalar_subquery()
     )
+    return case(
+        (Job.attempts == 0, None),
+        ((Job.attempts == 1) & Job.dispatched_at.is_not(None), Job.dispatched_at),
+        else_=earliest_event,
+    )
+
+
+def load_ended_jobs(session: Session, since: datetime, until: datetime) -> list[EndedJob]:
+    """Jobs that ended in [since, until], with their costs and their wait."""
+    first_dispatch = _first_dispatch()
     rows = session.execute(
         select(
             Job.id,
@@ -205,27 +217,29 @@ def lab_reservation_totals(session: Session) -> dict[str, LabReservationTotals]:
 
 def size_totals(session: Session) -> dict[int, SizeTotals]:
     """GPU count -> totals over every ended job (costs, and waits to the first dispatch)."""
-    first = (
-        select(JobEvent.job_id, func.min(JobEvent.at).label("at"))
-        .where(JobEvent.kind == EventKind.DISPATCHED.value)
-        .group_by(JobEvent.job_id)
+    per_job = (
+        select(
+            Job.num_gpus.label("num_gpus"),
+            Job.run_cost.label("run"),
+            Job.reservation_gpu_seconds.label("reserved"),
+            Job.charged_tflop_s.label("charged"),
+            Job.submitted_at.label("submitted_at"),
+            _first_dispatch().label("first_at"),
+        )
+        .where(Job.state.in_([s.value for s in ENDED_STATES]))
         .subquery()
     )
-    wait = _epoch_expr(session, first.c.at) - _epoch_expr(session, Job.submitted_at)
+    wait = _epoch_expr(session, per_job.c.first_at) - _epoch_expr(session, per_job.c.submitted_at)
     rows = session.execute(
         select(
-            Job.num_gpus,
+            per_job.c.num_gpus,
             func.count(),
-            func.coalesce(func.sum(Job.run_cost), 0.0),
-            func.coalesce(func.sum(Job.reservation_gpu_seconds), 0.0),
-            func.coalesce(func.sum(Job.charged_tflop_s), 0.0),
-            func.count(first.c.at),
+            func.coalesce(func.sum(per_job.c.run), 0.0),
+            func.coalesce(func.sum(per_job.c.reserved), 0.0),
+            func.coalesce(func.sum(per_job.c.charged), 0.0),
+            func.count(per_job.c.first_at),
             func.coalesce(func.sum(wait), 0.0),
-        )
-        .select_from(Job)
-        .outerjoin(first, first.c.job_id == Job.id)
-        .where(Job.state.in_([s.value for s in ENDED_STATES]))
-        .group_by(Job.num_gpus)
+        ).group_by(per_job.c.num_gpus)
     )
     return {
         int(n): SizeTotals(int(c), float(run), float(res), float(ch), int(w), float(ws))
