@@ -10,7 +10,7 @@ from collections.abc import Sequence
 # Each module defines register(subparsers) and sets `func` (args -> exit code) on its parsers.
 COMMAND_MODULES: tuple[str, ...] = (
     "jpushare.service.cli",  # serve, init, admin (server side, talks to the database)
-    "jpushare.client.cli",  # submit, jobs, queue, why, cancel, log, labs, placements, tiers
+    "jpushare.client.cli",  # submit, jobs, queue, why, cancel, log, labs, placements, tiers, stats
     "jpushare.sim.cli",  # simulate
     "jpushare.traces.cli",  # trace (real trace loaders)
 )

@@ -35,6 +35,13 @@ Names (labels in braces):
     jpushare_reservations_ended_total{reason}              counter, reason: filled | swap |
                                                            r3 | r5 | cancel
     jpushare_reservation_hold_seconds                      histogram, ended reservations
+    jpushare_lab_reservations_started_total{lab}           counter  } the SPEC §10 watch-list:
+    jpushare_lab_reservations_failed_total{lab}            counter  } failed = r3, r5, cancel
+    jpushare_ended_jobs_total{gpus}                        counter, ended jobs by size
+    jpushare_ended_job_tflop_seconds_total{gpus,cost}      counter, cost: run | reservation |
+                                                           charged (burden = charged / run)
+    jpushare_job_wait_seconds{gpus}                        summary (_count, _sum): submission to
+                                                           first dispatch of ended jobs
     jpushare_lab_usage_tflop_seconds{lab}                  gauge
     jpushare_database_up                                   gauge, 0 when the figures could
                                                            not be read (the rest are absent)
@@ -55,11 +62,13 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
 
 from jpushare.policy.model import ReleaseReason
 from jpushare.store.schema import JobState
+from jpushare.store.watch import LabReservationTotals, SizeTotals
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +107,9 @@ class MetricFigures:
     hold_count: int = 0
     hold_sum_s: float = 0.0
     lab_usage: Mapping[str, float] = field(default_factory=dict)
+    # SPEC §10, all time: reservations per lab, ended jobs per size (GPU count).
+    lab_reservations: Mapping[str, LabReservationTotals] = field(default_factory=dict)
+    ended_by_size: Mapping[int, SizeTotals] = field(default_factory=dict)
 
 
 class FiguresCollector(Collector):
@@ -143,7 +155,37 @@ def _families(f: MetricFigures | None) -> Iterator[Metric]:
     usage = GaugeMetricFamily(
         "jpushare_lab_usage_tflop_seconds", "lab cumulative usage (SPEC §4)", labels=["lab"]
     )
+    lab_started = CounterMetricFamily(
+        "jpushare_lab_reservations_started", "reservations started, by lab", labels=["lab"]
+    )
+    lab_failed = CounterMetricFamily(
+        "jpushare_lab_reservations_failed",
+        "reservations released by r3, r5 or cancel (SPEC §10 failed), by lab",
+        labels=["lab"],
+    )
+    ended_jobs = CounterMetricFamily(
+        "jpushare_ended_jobs", "jobs ended (completed, failed, cancelled), by size", labels=["gpus"]
+    )
+    cost = CounterMetricFamily(
+        "jpushare_ended_job_tflop_seconds",
+        "ended jobs' run, reservation and charged TFLOP-s, by size (burden = charged / run)",
+        labels=["gpus", "cost"],
+    )
+    wait = SummaryMetricFamily(
+        "jpushare_job_wait_seconds",
+        "ended jobs' wait from submission to first dispatch, by size",
+        labels=["gpus"],
+    )
     if f is not None:
+        for lab, totals in sorted(f.lab_reservations.items()):
+            lab_started.add_metric([lab], totals.started)
+            lab_failed.add_metric([lab], totals.failed)
+        for n, size in sorted(f.ended_by_size.items()):
+            ended_jobs.add_metric([str(n)], size.jobs)
+            cost.add_metric([str(n), "run"], size.run_tflop_s)
+            cost.add_metric([str(n), "reservation"], size.reservation_tflop_s)
+            cost.add_metric([str(n), "charged"], size.charged_tflop_s)
+            wait.add_metric([str(n)], size.waited, size.wait_sum_s)
         up.add_metric([], 1)
         queue.add_metric([], f.queue_length)
         for state in JobState:
@@ -164,6 +206,7 @@ def _families(f: MetricFigures | None) -> Iterator[Metric]:
         for lab, value in sorted(f.lab_usage.items()):
             usage.add_metric([lab], value)
     yield from (up, queue, jobs, submitted, gpus, capacity, active, started, ended, hold, usage)
+    yield from (lab_started, lab_failed, ended_jobs, cost, wait)
 
 
 def _bound(b: float) -> str:

@@ -26,6 +26,7 @@ def test_one_policy_writes_jobs_summary_and_plots(
         "lab_usage.png",
         "summary.json",
         "wait_by_gpus.png",
+        "watch.png",
     ]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"] == "reservation"
@@ -34,8 +35,10 @@ def test_one_policy_writes_jobs_summary_and_plots(
     assert all(states[s] >= 1 for s in ("COMPLETED", "FAILED", "CANCELLED", "REJECTED"))
     assert summary["attempts"]["oom"] >= 2 and summary["attempts"]["node_down"] >= 1
     assert summary["reservations"]["started"] >= 3
+    assert summary["watch"]["reservations"]["started"] == summary["reservations"]["started"]
     stdout = capsys.readouterr().out
     assert "reservation" in stdout and "wait p95" in stdout
+    assert "failed (r3+r5+cancel)" in stdout
 
 
 def test_all_policies_write_one_folder_each_and_a_comparison(
@@ -56,8 +59,15 @@ def test_all_policies_write_one_folder_each_and_a_comparison(
         "fifo",
         "backfill",
     ]
-    assert (out / "comparison.md").read_text().startswith("| policy |")
+    md = (out / "comparison.md").read_text()
+    assert md.startswith("| policy |")
+    assert "| policy | reservations | failed (r3+r5+cancel) |" in md
+    assert "| lab | reservation: failed / started |" in md
+    assert "reservations_failed_rate" in rows[0] and "burden_4gpu" in rows[0]
     assert (out / "wait_by_gpus.png").stat().st_size > 0
+    # No reservations under hol-skip: no watch plot there.
+    assert (out / "reservation" / "watch.png").is_file()
+    assert not (out / "hol-skip" / "watch.png").exists()
 
 
 def test_a_repeated_policy_runs_once_and_outputs_are_byte_identical(tmp_path: Path) -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from jpushare.policy.watch import percentile
 from jpushare.sim.engine import simulate
+from jpushare.sim.plots import lab_shares
 from jpushare.sim.report import (
     JOBS_COLUMNS,
     fmt_number,
     jain_fairness,
     jobs_csv,
-    percentile,
     summary,
     wait_stats,
     write_outputs,
@@ -96,6 +97,46 @@ def test_the_summary_counts_reservations_by_how_they_ended() -> None:
     assert s["states"] == {"COMPLETED": 1, "FAILED": 0, "CANCELLED": 1, "REJECTED": 0}
     for key in ("policy", "jobs", "makespan_s", "wait_s", "lab_usage", "jain_fairness", "wall_s"):
         assert key in s
+
+
+def test_the_watch_list_counts_a_cancelled_reservation_as_failed_and_its_cost_as_burden() -> None:
+    c = cluster(("n1", {"mid": 4}))
+    w = summary(simulate(c, [job("a", 0, 100, 2, lab="A"), job("b", 0, 10, 4, "B", cancel=62)]))[
+        "watch"
+    ]
+    # b reserves a's two idle GPUs from the 5 s cycle; its cancel at 62 s releases them.
+    assert w["reservations"]["failed"] == 1 and w["reservations"]["failed_rate"] == 1.0
+    assert w["reservations_by_lab"] == {"B": w["reservations"]}
+    assert w["hold_s"] == {"count": 1, "mean": 57.0, "p95": 57.0, "max": 57.0}
+    held = 2 * 57 * 20.0  # mid = 20 TFLOPS
+    run = 2 * 100 * 20.0
+    assert w["usage"] == {
+        "ended_jobs": 2,
+        "charged_tflop_s": run + held,
+        "reservation_tflop_s": held,
+        "reservation_share": round(held / (run + held), 6),
+    }
+    assert w["by_gpus"]["2"]["burden"] == 1.0 and w["by_gpus"]["2"]["mean_wait_s"] == 0.0
+    # b never ran: it paid for its reservation, but a burden needs a run to compare with.
+    assert w["by_gpus"]["4"] == {
+        "jobs": 1,
+        "run_tflop_s": 0.0,
+        "reservation_tflop_s": held,
+        "charged_tflop_s": held,
+        "burden": None,
+        "started": 0,
+        "mean_wait_s": None,
+    }
+
+
+def test_lab_shares_sum_to_one_after_every_bill() -> None:
+    c = cluster(("n1", {"mid": 1}), labs={"A": 100.0, "B": 0.0})
+    times, shares = lab_shares(simulate(c, [job("b", 0, 10, lab="B"), job("a", 0, 5, lab="A")]))
+    # t=0: A has all of its starting 100. B runs first (less usage) 0-10 s: 200 billed at
+    # 10; A runs 10-15 s: 100 more at 15.
+    assert times == [0.0, 10.0, 15.0]
+    assert shares["A"] == pytest.approx([1.0, 100 / 300, 200 / 400])
+    assert shares["B"] == pytest.approx([0.0, 200 / 300, 200 / 400])
 
 
 def test_jain_fairness_is_one_when_labs_wait_alike_and_lower_when_one_waits() -> None:

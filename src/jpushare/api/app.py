@@ -47,7 +47,7 @@ from jpushare.api.body_limit import BodyLimit, BodyTooLarge
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
 from jpushare.api.munge_auth import MungeSignIn
-from jpushare.api.routes import admin, cluster, jobs, service
+from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.config import DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
@@ -138,7 +138,7 @@ def create_app(
 
     app.add_exception_handler(BodyTooLarge, on_too_large)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
-    for router in (jobs.router, cluster.router, admin.router, service.router):
+    for router in (jobs.router, cluster.router, stats.router, admin.router, service.router):
         app.include_router(router)
     return app
 

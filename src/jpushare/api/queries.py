@@ -26,6 +26,7 @@ from jpushare.store.schema import (
     JobState,
     Lab,
 )
+from jpushare.store.watch import lab_reservation_totals, size_totals
 
 PlacementKey = tuple[str, str]
 
@@ -218,4 +219,6 @@ def metric_figures(
         hold_count=count,
         hold_sum_s=total,
         lab_usage=usage,
+        lab_reservations=lab_reservation_totals(session),
+        ended_by_size=size_totals(session),
     )

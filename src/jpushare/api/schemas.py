@@ -431,6 +431,57 @@ class HealthPublic(BaseModel):
     time: datetime
 
 
+# --- the watch-list (SPEC §10), GET /v1/stats/watch -----------------------------------------
+
+
+class ReservationCountsPublic(BaseModel):
+    started: int
+    released: dict[str, int] = Field(description="reason (filled, swap, r3, r5, cancel) -> count")
+    held: int = Field(description="started in the window and not released by its end")
+    failed: int = Field(description="released by r3, r5 or cancel")
+    failed_rate: float | None = Field(description="failed / started; null without reservations")
+
+
+class HoldPublic(BaseModel):
+    """Seconds from start to release, over the released reservations."""
+
+    count: int
+    mean: float | None
+    p95: float | None
+    max: float | None
+
+
+class WatchUsagePublic(BaseModel):
+    ended_jobs: int
+    charged_tflop_s: float
+    reservation_tflop_s: float
+    reservation_share: float | None = Field(description="reservation / charged")
+
+
+class SizeClassPublic(BaseModel):
+    """The ended jobs of one size (GPUs asked for)."""
+
+    jobs: int
+    run_tflop_s: float
+    reservation_tflop_s: float
+    charged_tflop_s: float
+    burden: float | None = Field(description="charged / run: 1.0 = no reservation cost")
+    started: int = Field(description="jobs that ever started")
+    mean_wait_s: float | None = Field(description="submission to first dispatch")
+
+
+class WatchPublic(BaseModel):
+    """SPEC §10 over [since, until]: reservations that started and jobs that ended in it."""
+
+    since: datetime
+    until: datetime
+    reservations: ReservationCountsPublic
+    reservations_by_lab: dict[str, ReservationCountsPublic]
+    hold_s: HoldPublic
+    usage: WatchUsagePublic
+    by_gpus: dict[str, SizeClassPublic] = Field(description="keyed by GPU count")
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str

@@ -211,6 +211,11 @@ class Client:
         result: JSON = self._call("GET", "/v1/tiers")
         return result
 
+    def watch(self, since: str | None = None) -> JSON:
+        """The SPEC §10 watch-list from `since` (a duration like 7d, or an ISO time)."""
+        result: JSON = self._call("GET", "/v1/stats/watch", params={"since": since})
+        return result
+
     def healthz(self) -> JSON:
         result: JSON = self._call("GET", "/healthz")
         return result

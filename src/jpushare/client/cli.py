@@ -7,6 +7,7 @@
     jpushare cancel JOB
     jpushare log JOB [--attempt N]
     jpushare labs | placements | tiers
+    jpushare stats [--since 7d]
 
 Every command takes `--url URL`, `--token TOKEN` (see `jpushare.client.config` for
 JPUSHARE_URL, JPUSHARE_TOKEN and the config file) and `--json` (the API's JSON on stdout,
@@ -334,6 +335,73 @@ def _tiers(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
     return result
 
 
+def duration(seconds: float | None) -> str:
+    """Seconds, short: 45s, 12.5m, 3.2h, 2.1d; '-' when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _stats(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    w = api.watch(args.since)
+    if not args.json:
+        r = w["reservations"]
+        rel = r["released"]
+        h = w["hold_s"]
+        u = w["usage"]
+        print(f"watch-list (SPEC §10) since {w['since']} ({ago(w['since'], now)})", file=out)
+        print(
+            f"reservations: {r['started']} started, {r['failed']} failed"
+            f" ({_share(r['failed_rate'])}: r3 {rel['r3']}, r5 {rel['r5']},"
+            f" cancel {rel['cancel']}); filled {rel['filled']}, swap {rel['swap']},"
+            f" still held {r['held']}",
+            file=out,
+        )
+        print(
+            f"hold: mean {duration(h['mean'])}, p95 {duration(h['p95'])},"
+            f" max {duration(h['max'])} ({h['count']} released)",
+            file=out,
+        )
+        print(
+            f"reservation cost: {_share(u['reservation_share'])} of"
+            f" {amount(u['charged_tflop_s'])} TFLOP-s charged for {u['ended_jobs']} ended jobs",
+            file=out,
+        )
+        labs = [
+            (lab, c["started"], c["failed"], _share(c["failed_rate"]))
+            for lab, c in w["reservations_by_lab"].items()
+        ]
+        if labs:
+            print("\nfailed reservations per lab:", file=out)
+            print(table(("LAB", "STARTED", "FAILED", "RATE"), labs), file=out)
+        sizes = [
+            (
+                int(g),
+                c["jobs"],
+                "-" if c["burden"] is None else f"{c['burden']:.3f}",
+                duration(c["mean_wait_s"]),
+                amount(c["run_tflop_s"]),
+                amount(c["reservation_tflop_s"]),
+            )
+            for g, c in w["by_gpus"].items()
+        ]
+        if sizes:
+            print("\nended jobs by size (burden = charged / run TFLOP-s; 1.000 = none):", file=out)
+            headers = ("GPUS", "JOBS", "BURDEN", "MEAN-WAIT", "RUN (TFLOP-s)", "RESERVED")
+            print(table(headers, sizes), file=out)
+    return w
+
+
 # --- plumbing --------------------------------------------------------------------------------
 
 
@@ -424,7 +492,8 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
 
 
 def register(subparsers: Any) -> None:
-    """Add the users' commands: submit, jobs, queue, why, cancel, log, labs, placements, tiers."""
+    """Add the users' commands: submit, jobs, queue, why, cancel, log, labs, placements, tiers,
+    stats."""
     common = _common()
 
     def add(name: str, printer: Printer, help_text: str) -> argparse.ArgumentParser:
@@ -463,6 +532,12 @@ def register(subparsers: Any) -> None:
     add("labs", _labs, "labs and their usage, least first (the fair-share order)")
     add("placements", _placements, "GPUs per node and tier: busy, reserved, idle")
     add("tiers", _tiers, "GPU tiers, strongest first")
+    p = add("stats", _stats, "the watch-list: failed reservations, hold, multi-GPU burden")
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO time; default 7d",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from jpushare.policy.model import ReleaseReason
+from jpushare.policy.watch import (
+    FAILED_REASONS,
+    EndedJob,
+    ReservationSpan,
+    percentile,
+    watch_figures,
+)
 from jpushare.sim.engine import JobRecord, JobState, SimResult
 
 JOBS_COLUMNS = (
@@ -76,17 +83,6 @@ def jobs_csv(result: SimResult) -> str:
     return out.getvalue()
 
 
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
-    n = len(sorted_values)
-    if n == 0:
-        return math.nan
-    rank = p / 100 * (n - 1)
-    lo = math.floor(rank)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
-
-
 def wait_stats(waits: Iterable[float]) -> dict[str, Any]:
     """count, mean, p50, p95, p99 and max of waits in seconds (None when there are none)."""
     v = sorted(waits)
@@ -127,6 +123,33 @@ def jain_fairness(result: SimResult) -> float | None:
     if sq == 0:
         return None
     return math.fsum(xs) ** 2 / (len(xs) * sq)
+
+
+_ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+
+
+def reservation_spans(result: SimResult) -> list[ReservationSpan]:
+    """Every reservation of the replay as the watch-list's record (SPEC §10)."""
+    lab_of = {j.job_id: j.lab for j in result.jobs}
+    return [
+        ReservationSpan(r.job_id, lab_of[r.job_id], r.tier, r.gpus, r.since, r.ended_at, r.reason)
+        for r in result.reservations
+    ]
+
+
+def ended_jobs(result: SimResult) -> list[EndedJob]:
+    """The replay's ended jobs (COMPLETED, FAILED, CANCELLED) as the watch-list's record;
+    jobs REJECTED at submission or never able to start again are not among them."""
+    return [
+        EndedJob(j.job_id, j.lab, j.num_gpus, j.wait_s, j.run_cost, j.reservation_cost, j.billed)
+        for j in result.jobs
+        if j.state in _ENDED
+    ]
+
+
+def watch(result: SimResult) -> dict[str, Any]:
+    """summary.json's `watch` object: SPEC §10 over the whole replay."""
+    return watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
 
 
 def summary(result: SimResult) -> dict[str, Any]:
@@ -182,6 +205,7 @@ def summary(result: SimResult) -> dict[str, Any]:
             "held_at_end": sum(1 for r in result.reservations if r.ended_at is None),
             "mean_hold_s": round(math.fsum(holds) / len(holds), 3) if holds else None,
         },
+        "watch": watch(result),
         "lab_usage_start": {k: round(v, 3) for k, v in sorted(result.initial_lab_usage.items())},
         "lab_usage": {k: round(v, 3) for k, v in sorted(result.lab_usage.items())},
         "jain_fairness": None if jain is None else round(jain, 6),
@@ -285,6 +309,69 @@ def wait_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
     return header, rows
 
 
+def _rate(x: float | None) -> str:
+    return "-" if x is None else _pct(x)
+
+
+def _burden(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The SPEC §10 watch-list, one row per policy: failed reservations, hold, reservation
+    share of usage, then burden (charged / run) and mean wait per job size."""
+    gpu_counts = sorted({int(g) for s in summaries for g in s["watch"]["by_gpus"]})
+    failed = "+".join(r.value for r in FAILED_REASONS)
+    header = [
+        "policy",
+        "reservations",
+        f"failed ({failed})",
+        "filled/swap/held",
+        "hold mean / p95 / max",
+        "reservation share",
+    ]
+    header += [f"{g} GPU{'s' if g > 1 else ''}: burden / mean wait" for g in gpu_counts]
+    rows = []
+    for s in summaries:
+        w = s["watch"]
+        r = w["reservations"]
+        h = w["hold_s"]
+        rel = r["released"]
+        row = [
+            s["policy"],
+            str(r["started"]),
+            "-" if not r["started"] else f"{r['failed']} ({_rate(r['failed_rate'])})",
+            f"{rel['filled']}/{rel['swap']}/{r['held']}",
+            " / ".join(fmt_duration(h[k]) for k in ("mean", "p95", "max")),
+            _rate(w["usage"]["reservation_share"]),
+        ]
+        for g in gpu_counts:
+            c = w["by_gpus"].get(str(g))
+            row.append(
+                "-" if c is None else f"{_burden(c['burden'])} / {fmt_duration(c['mean_wait_s'])}"
+            )
+        rows.append(row)
+    return header, rows
+
+
+def lab_failure_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Failed reservations per lab (failed / started), one column per policy that
+    reserved at all; empty when none did."""
+    reserving = [s for s in summaries if s["watch"]["reservations"]["started"]]
+    labs = sorted({lab for s in reserving for lab in s["watch"]["reservations_by_lab"]})
+    header = ["lab", *(f"{s['policy']}: failed / started" for s in reserving)]
+    rows = []
+    for lab in labs:
+        row = [lab]
+        for s in reserving:
+            c = s["watch"]["reservations_by_lab"].get(lab)
+            row.append(
+                "-" if c is None else f"{c['failed']} / {c['started']} ({_rate(c['failed_rate'])})"
+            )
+        rows.append(row)
+    return header, rows
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A plain aligned table for a terminal."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
@@ -299,8 +386,17 @@ def comparison_text(
     summaries: Sequence[dict[str, Any]],
     table: Callable[[Sequence[str], Sequence[Sequence[str]]], str] = text_table,
 ) -> str:
-    """The two comparison tables (overview, then waits by GPU count), in one format."""
-    return table(*comparison_rows(summaries)) + "\n" + table(*wait_rows(summaries))
+    """The comparison tables in one format: overview, waits by GPU count, the SPEC §10
+    watch-list, and failed reservations per lab (when some policy reserved)."""
+    parts = [
+        table(*comparison_rows(summaries)),
+        table(*wait_rows(summaries)),
+        table(*watch_rows(summaries)),
+    ]
+    header, rows = lab_failure_rows(summaries)
+    if rows:
+        parts.append(table(header, rows))
+    return "\n".join(parts)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -318,6 +414,9 @@ def comparison_numbers(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], 
     header += [f"wait_{g}gpu_{k}_s" for g in gpu_counts for k in stats]
     header += ["reservations_started", *(f"ended_{r.value}" for r in ReleaseReason)]
     header += ["mean_hold_s", "jain_fairness", "wall_s"]
+    header += ["reservations_failed", "reservations_failed_rate", "reservations_held"]
+    header += ["hold_mean_s", "hold_p95_s", "hold_max_s", "reservation_share"]
+    header += [f"{k}_{g}gpu" for g in gpu_counts for k in ("burden", "mean_wait_s")]
     rows = []
     for s in summaries:
         row: list[Any] = [s["policy"], s["jobs"]]
@@ -330,6 +429,14 @@ def comparison_numbers(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], 
         r = s["reservations"]
         row += [r["started"], *(r["ended"][x.value] for x in ReleaseReason)]
         row += [r["mean_hold_s"], s["jain_fairness"], s["wall_s"]]
+        w = s["watch"]
+        wr = w["reservations"]
+        row += [wr["failed"], wr["failed_rate"], wr["held"]]
+        row += [w["hold_s"][k] for k in stats]
+        row.append(w["usage"]["reservation_share"])
+        for g in gpu_counts:
+            c = w["by_gpus"].get(str(g), {})
+            row += [c.get("burden"), c.get("mean_wait_s")]
         rows.append(["" if v is None else str(v) for v in row])
     return header, rows
 
