@@ -11,6 +11,8 @@ SQLite and the local executor. Variables:
 - JPUSHARE_ROUTER_URL: the LLM backfill router; unset = no router
 - JPUSHARE_HOST / JPUSHARE_PORT: where the API listens; default 127.0.0.1 / 8000
 - JPUSHARE_CLUSTER: a cluster file (simulator format) declaring GPUs for the local executor
+- JPUSHARE_PLACEMENT: where a job starts inside a tier (SPEC §1): `pack` (best fit, the
+  default) or `spread` (most idle GPUs first); the dispatcher and the API's answers use it
 
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
@@ -37,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder, parse_placement_order
+
 
 class ConfigError(ValueError):
     """A setting has a value the service cannot use; the message names it."""
@@ -56,6 +60,7 @@ class Settings:
     slurm_gpu_types: Mapping[str, str] = field(default_factory=dict)  # GRES type -> tier
     slurm_sbatch_args: tuple[str, ...] = ()
     slurm_prefix: str = "jps"
+    placement_order: PlacementOrder = PlacementOrder.PACK
 
     @property
     def slurm_logs(self) -> Path:
@@ -121,6 +126,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"JPUSHARE_SLURM_PREFIX must be a letter then up to 31 letters, digits or _, "
             f"not {prefix!r}"
         )
+    raw_placement = e.get("JPUSHARE_PLACEMENT", "").strip() or PlacementOrder.PACK.value
+    try:
+        placement = parse_placement_order(raw_placement)
+    except ValueError:
+        raise ConfigError(
+            f"JPUSHARE_PLACEMENT must be one of {', '.join(PLACEMENT_ORDERS)}, "
+            f"not {raw_placement!r}"
+        ) from None
     return Settings(
         database_url=url,
         state_dir=state_dir,
@@ -134,4 +147,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_gpu_types=parse_gpu_types(e.get("JPUSHARE_SLURM_GPU_TYPES", "")),
         slurm_sbatch_args=sbatch_args,
         slurm_prefix=prefix,
+        placement_order=placement,
     )

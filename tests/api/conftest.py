@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.api import create_app
 from jpushare.executors.base import Executor, GpuGroup, NodeState
-from jpushare.policy import Decisions, Tier, decide
+from jpushare.policy import Decisions, PlacementOrder, Tier, decide
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 
 T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
@@ -131,7 +131,9 @@ def build_world(
 
 
 def make_world(
-    factory: sessionmaker[Session], executor: Executor | None = None
+    factory: sessionmaker[Session],
+    executor: Executor | None = None,
+    placement_order: PlacementOrder = PlacementOrder.PACK,
 ) -> Iterator[ApiWorld]:
     clock = Clock()
     tokens, users = build_world(factory, clock)
@@ -140,7 +142,13 @@ def make_world(
     def observed(session: Session) -> Mapping[tuple[str, str], int]:
         return holder["world"].observed(session)
 
-    app = create_app(factory, executor=executor, clock=clock, observed_busy=observed)
+    app = create_app(
+        factory,
+        executor=executor,
+        clock=clock,
+        observed_busy=observed,
+        placement_order=placement_order,
+    )
     with TestClient(app, raise_server_exceptions=False) as client:
         world = ApiWorld(factory, app, client, clock, tokens, users)
         holder["world"] = world

@@ -7,6 +7,7 @@
         clock: Callable[[], datetime] = utc_now,
         observed_busy: Callable[[Session], Mapping[(node, tier), int]] | None = None,
         metrics: ServiceMetrics | None = None,
+        placement_order: PlacementOrder = PlacementOrder.PACK,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -15,6 +16,8 @@
 - `metrics`: share one `ServiceMetrics` with a dispatcher in the same process so its
   `jpushare_dispatch_cycle_seconds` is exported too; default: a new one (`metrics_of(app)`
   returns it).
+- `placement_order`: the dispatcher's dispatch order (`JPUSHARE_PLACEMENT`), so that "why"
+  and the queue answer with the placements the next cycle will choose.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -37,6 +40,7 @@ from jpushare.api.errors import install_error_handlers
 from jpushare.api.routes import admin, cluster, jobs, service
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
+from jpushare.policy import PlacementOrder
 from jpushare.store.times import utc_now
 
 API_VERSION = "1"
@@ -58,6 +62,7 @@ def create_app(
     clock: Callable[[], datetime] = utc_now,
     observed_busy: BusySource | None = None,
     metrics: ServiceMetrics | None = None,
+    placement_order: PlacementOrder = PlacementOrder.PACK,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     busy: BusySource = observed_busy if observed_busy is not None else store.held_by_jobs
@@ -85,6 +90,7 @@ def create_app(
         observed_busy=busy,
         metrics=service_metrics,
         db_slots=db_slots_for(sessions),
+        placement_order=placement_order,
     )
     install_error_handlers(app)
     for router in (jobs.router, cluster.router, admin.router, service.router):

@@ -34,6 +34,7 @@ from jpushare import store
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
+from jpushare.policy import PlacementOrder
 from jpushare.store.records import UserRecord
 from jpushare.store.schema import Role
 
@@ -52,6 +53,7 @@ class ApiContext:
     observed_busy: BusySource
     metrics: ServiceMetrics
     db_slots: DbSlots  # requests that may hold a session at once
+    placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""

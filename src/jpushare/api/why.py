@@ -24,7 +24,16 @@ from jpushare.api.schemas import (
     ReservationPublic,
     WhyPublic,
 )
-from jpushare.policy import Decisions, Dispatch, Reservation, Snapshot, Why, WhyCode, decide
+from jpushare.policy import (
+    Decisions,
+    Dispatch,
+    PlacementOrder,
+    Reservation,
+    Snapshot,
+    Why,
+    WhyCode,
+    decide,
+)
 from jpushare.policy.fit import fit_placements
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
@@ -42,10 +51,13 @@ class QueueView:
     ranks: Mapping[str, int]  # policy job id -> 0-based rank
     dispatches: Mapping[str, Dispatch]  # jobs the next cycle would dispatch
     reserved: Mapping[tuple[str, str], int]  # GPUs held by reservations per placement
+    placement_order: PlacementOrder = PlacementOrder.PACK
 
     @classmethod
-    def of(cls, snapshot: Snapshot) -> QueueView:
-        decisions = decide(snapshot)
+    def of(
+        cls, snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+    ) -> QueueView:
+        decisions = decide(snapshot, placement_order)
         reserved: dict[tuple[str, str], int] = defaultdict(int)
         for job in snapshot.queue:
             if job.reservation is not None:
@@ -56,6 +68,7 @@ class QueueView:
             ranks={job_id: i for i, job_id in enumerate(decisions.order)},
             dispatches={d.job_id: d for d in decisions.dispatches()},
             reserved=dict(reserved),
+            placement_order=placement_order,
         )
 
     @property
@@ -129,7 +142,14 @@ def queued_why(
     jid = job.policy_id
     snap = view.snapshot
     tiers = {t.name: t for t in snap.tiers}
-    fit = fit_placements(job.num_gpus, job.minimum_tier_sort_order, tiers, snap.placements)
+    fit = fit_placements(
+        job.num_gpus,
+        job.minimum_tier_sort_order,
+        tiers,
+        snap.placements,
+        reserved=view.reserved,
+        order=view.placement_order,
+    )
     places = [
         PlacementView(
             node=p.node,

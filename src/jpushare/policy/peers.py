@@ -2,13 +2,14 @@
 
 Each is a pure function with decide's signature, `(Snapshot) -> Decisions`, and emits only
 `Dispatch` actions (no reservations, no "why"). They share decide's queue order
-(`queue_order`: lab usage, then queue entry, then job id) and its placement order (tier
-sort_order DESC, idle DESC, node name), so that a comparison isolates the one rule that
-differs. No I/O, no clock: `backfill` reads time only from `snapshot.now`.
+(`queue_order`: lab usage, then queue entry, then job id) and its placement order
+(`jpushare.policy.order`, with the same `placement_order` option), so that a comparison
+isolates the one rule that differs. No I/O, no clock: `backfill` reads time only from
+`snapshot.now`.
 
 Cost per cycle: one sort of the queue, a dictionary lookup per job that cannot start
 (idle GPUs only ever decrease within a cycle, so a (size, minimum tier) class that found no
-placement stays without one), and a scan of the class's fit placements per dispatch.
+placement stays without one), and a few bisects of the idle index per dispatch.
 """
 
 from __future__ import annotations
@@ -17,55 +18,63 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 from jpushare.policy.decide import decide, sort_queue
 from jpushare.policy.fit import fits
 from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
+from jpushare.policy.order import IdleIndex, PlacementOrder, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
-_NODE_TIER = attrgetter("node", "tier")
 Class = tuple[int, int]  # (num_gpus, min_sort_order)
 Policy = Callable[[Snapshot], Decisions]
+"""One cycle of a policy with its options bound: what the simulator runs."""
+
+
+class NamedPolicy(Protocol):
+    """A policy of `POLICIES`: one cycle, with the dispatch order as an option."""
+
+    def __call__(
+        self, snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+    ) -> Decisions: ...
 
 
 class _Cycle:
     """One cycle's idle GPUs per placement and the fit placements of each job class."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, placement_order: PlacementOrder) -> None:
         self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
-        self.placements = sorted(
-            (p for p in snapshot.placements if p.tier in self.tiers), key=_NODE_TIER
-        )
-        self.idle: dict[Key, int] = {
-            (p.node, p.tier): max(0, p.capacity - p.busy) if p.schedulable else 0
-            for p in self.placements
-        }
+        self.index = IdleIndex(self.tiers, snapshot.placements)
+        self.idle = self.index.idle
+        self.order = placement_order
         self._fit: dict[Class, list[Placement]] = {}
         self.actions: list[Action] = []
 
     def fit(self, n: int, m: int) -> list[Placement]:
         found = self._fit.get((n, m))
         if found is None:
-            found = [p for p in self.placements if fits(n, m, self.tiers[p.tier], p.capacity)]
+            tiers = self.tiers
+            found = [
+                p for p in self.index.placements.values() if fits(n, m, tiers[p.tier], p.capacity)
+            ]
             self._fit[(n, m)] = found
         return found
 
-    def first(self, n: int, m: int, exclude: Key | None = None) -> Placement | None:
-        """The first fit placement with >= n idle GPUs in policy order (SPEC §3 (a))."""
-        best: Placement | None = None
-        best_key: tuple[int, int, str, str] | None = None
-        for p in self.fit(n, m):
-            idle = self.idle[p.key]
-            if idle < n or p.key == exclude:
-                continue
-            k = (-self.tiers[p.tier].sort_order, -idle, p.node, p.tier)
-            if best_key is None or k < best_key:
-                best, best_key = p, k
-        return best
+    def first(self, n: int, m: int, exclude: Key | None = None) -> Key | None:
+        """The first fit placement with >= n idle GPUs in dispatch order (SPEC §3 (a)),
+        `exclude` left out."""
+        if exclude is None:
+            return self.index.first_to_dispatch(self.order, n, m)
+        held = self.idle[exclude]
+        self.index.set(exclude, 0)
+        try:
+            return self.index.first_to_dispatch(self.order, n, m)
+        finally:
+            self.index.set(exclude, held)
 
-    def dispatch(self, job: QueuedJob, p: Placement) -> None:
-        self.idle[(p.node, p.tier)] -= job.num_gpus
-        self.actions.append(Dispatch(job.job_id, p.node, p.tier, job.num_gpus))
+    def dispatch(self, job: QueuedJob, key: Key) -> None:
+        self.index.add(key, -job.num_gpus)
+        self.actions.append(Dispatch(job.job_id, key[0], key[1], job.num_gpus))
 
 
 _JOB_ID = attrgetter("job_id")
@@ -76,11 +85,13 @@ def _decisions(snapshot: Snapshot, queue: list[QueuedJob], cycle: _Cycle) -> Dec
     return Decisions(now=snapshot.now, order=order, actions=tuple(cycle.actions))
 
 
-def hol_skip(snapshot: Snapshot) -> Decisions:
+def hol_skip(
+    snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+) -> Decisions:
     """The old behaviour (seed §1.1): walk the fair-share order, start whatever fits, skip
     what does not. Never reserves, so a multi-GPU job can wait behind a stream of small ones.
     """
-    cycle = _Cycle(snapshot)
+    cycle = _Cycle(snapshot, placement_order)
     queue = sort_queue(snapshot.queue, snapshot.lab_usage)
     failed: set[Class] = set()
     for job in queue:
@@ -95,12 +106,12 @@ def hol_skip(snapshot: Snapshot) -> Decisions:
     return _decisions(snapshot, queue, cycle)
 
 
-def fifo(snapshot: Snapshot) -> Decisions:
+def fifo(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK) -> Decisions:
     """Strict order: start jobs in fair-share order until the first one that cannot start.
 
     Never skips, never reserves: the head job blocks everyone behind it.
     """
-    cycle = _Cycle(snapshot)
+    cycle = _Cycle(snapshot, placement_order)
     queue = sort_queue(snapshot.queue, snapshot.lab_usage)
     for job in queue:
         p = cycle.first(job.num_gpus, job.min_sort_order)
@@ -119,16 +130,18 @@ class _Plan:
     extra: int  # GPUs of that placement free at `start` that it does not need
 
 
-def backfill(snapshot: Snapshot) -> Decisions:
+def backfill(
+    snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+) -> Decisions:
     """Fair-share priority with EASY backfill, as a Slurm site would run it.
 
     1. Jobs start in fair-share order while each finds a fit placement with enough idle
-       GPUs (placement order as in SPEC §3 (a)).
+       GPUs (on the first in `placement_order`, as in SPEC §3 (a)).
     2. The first job that cannot start (the pivot) gets a planned start: on each of its
        schedulable fit placements, running jobs end at `started_at + time_limit_s`
        (estimates, not the truth; no estimate = never); the placement whose idle GPUs plus
-       those released reach `num_gpus` earliest is its plan (ties in placement order).
-    3. Every later job may start (on its first fit placement in order where it may) only if
+       those released reach `num_gpus` earliest is its plan (ties in reserve order, §1).
+    3. Every later job may start (on its first fit placement where it may) only if
        it cannot delay that plan: it runs on another placement, or it ends by its own
        `time_limit_s` no later than the planned start, or it needs no more than the
        plan's spare GPUs (which it then consumes).
@@ -139,7 +152,7 @@ def backfill(snapshot: Snapshot) -> Decisions:
     fit placement down) blocks nobody; the next job that cannot start becomes the pivot.
     """
     now = snapshot.now
-    cycle = _Cycle(snapshot)
+    cycle = _Cycle(snapshot, placement_order)
     queue = sort_queue(snapshot.queue, snapshot.lab_usage)
     # Expected ends per placement, built only once a plan is needed (most cycles in a busy
     # replay need one, but the jobs that start before the pivot are few).
@@ -158,9 +171,9 @@ def backfill(snapshot: Snapshot) -> Decisions:
                 cycle.dispatch(job, p)
                 end = _end(now, job.time_limit_s)
                 if ends is None:
-                    started.append(((p.node, p.tier), end, n))
+                    started.append((p, end, n))
                 else:
-                    ends.setdefault((p.node, p.tier), []).append((end, n))
+                    ends.setdefault(p, []).append((end, n))
                 continue
             failed.add(cls)
             if ends is None:
@@ -183,7 +196,7 @@ def backfill(snapshot: Snapshot) -> Decisions:
                 failed_elsewhere.add(cls)
                 continue
         cycle.dispatch(job, p)
-        if (p.node, p.tier) == plan.key and not ends_in_time:
+        if p == plan.key and not ends_in_time:
             plan.extra -= n  # it still runs at the planned start: it uses spare GPUs
     return _decisions(snapshot, queue, cycle)
 
@@ -229,13 +242,14 @@ def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]
                 start = end
         if start is None or math.isinf(start):
             continue
-        k = (start, -cycle.tiers[p.tier].sort_order, -cycle.idle[p.key], p.node, p.tier)
+        # Ties in reserve order: the plan is backfill's reservation, in time (SPEC §1).
+        k = (start, *reserve_key(cycle.tiers[p.tier].sort_order, cycle.idle[p.key], p.node, p.tier))
         if best_key is None or k < best_key:
             best, best_key = _Plan(p.key, start, free - n), k
     return best
 
 
-POLICIES: dict[str, Policy] = {
+POLICIES: dict[str, NamedPolicy] = {
     "reservation": decide,
     "hol-skip": hol_skip,
     "fifo": fifo,

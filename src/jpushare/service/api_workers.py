@@ -50,7 +50,12 @@ def create_worker_app() -> FastAPI:
     # the inventory, which the main process has loaded before starting the workers.
     cluster = load_cluster(settings.cluster_file) if settings.cluster_file is not None else None
     executor = build_executor(settings, sessions, cluster)
-    return create_app(sessions, executor=executor, observed_busy=load_observed_busy)
+    return create_app(
+        sessions,
+        executor=executor,
+        observed_busy=load_observed_busy,
+        placement_order=settings.placement_order,
+    )
 
 
 def keep_nodelay(sock: socket.socket) -> None:

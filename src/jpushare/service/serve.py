@@ -199,7 +199,13 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     thread: threading.Thread | None = None
     lock = lock_for(settings.database_url)
     if options.dispatcher:
-        deps = CycleDeps(sessions, executor, router, gpu_type_to_tier=gpu_type_to_tier(settings))
+        deps = CycleDeps(
+            sessions,
+            executor,
+            router,
+            gpu_type_to_tier=gpu_type_to_tier(settings),
+            placement_order=settings.placement_order,
+        )
         dispatcher = Dispatcher(deps, lock, cycle_s=settings.cycle_s, on_cycle=on_cycle)
         thread = threading.Thread(
             target=dispatcher.run_forever, args=(stop,), name="dispatcher", daemon=True
@@ -220,7 +226,11 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             from jpushare.api.app import create_app
 
             app = create_app(
-                sessions, executor=executor, observed_busy=load_observed_busy, metrics=metrics
+                sessions,
+                executor=executor,
+                observed_busy=load_observed_busy,
+                metrics=metrics,
+                placement_order=settings.placement_order,
             )
             config = uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_level="info", access_log=False

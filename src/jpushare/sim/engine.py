@@ -6,8 +6,8 @@ writing jobs.csv, summary.json and plots lives in `report` / `plots`.
 
 Public API
 ----------
-``simulate(cluster, jobs, policy="reservation", cycle_s=5.0, *, observer=None,
-every_cycle=False, progress=None) -> SimResult``
+``simulate(cluster, jobs, policy="reservation", cycle_s=5.0, *, placement="pack",
+observer=None, every_cycle=False, progress=None) -> SimResult``
 
 - `cluster`: a `ClusterSpec` (tiers, placements, starting lab usage, node events).
 - `jobs`: `TraceJob`s (any order; tier names must exist: see `trace_file.check_tiers`).
@@ -15,6 +15,9 @@ every_cycle=False, progress=None) -> SimResult``
   `decide` itself, called as is) or any `(Snapshot) -> Decisions` function (for cycle
   skipping to be exact it must have the property stated under "Time" below; if unsure,
   pass `every_cycle=True`). Actions the cluster cannot honour raise RuntimeError.
+- `placement`: the dispatch order inside a tier (`jpushare.policy.order.PlacementOrder`:
+  "pack", SPEC §1's best fit, or "spread"), given to a named policy; a policy function
+  passed as is must bind its own. `SimResult.label` is "<policy>/<placement>".
 - `observer(snapshot, decisions)`: called after every cycle that ran, once its decisions
   have been applied. The snapshot is exactly what the policy saw.
 - `every_cycle=True` runs the policy at every cycle instead of skipping idle ones (for
@@ -72,6 +75,7 @@ from jpushare.policy.model import (
     Tier,
 )
 from jpushare.policy.oom import escalate
+from jpushare.policy.order import PlacementOrder, parse_placement_order
 from jpushare.policy.peers import POLICIES, Policy
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.trace_file import TraceJob, check_tiers
@@ -186,6 +190,12 @@ class SimResult:
     cycles_run: int
     cycles_total: int  # cycle times passed, run or skipped
     wall_s: float = field(compare=False, default=0.0)
+    placement: str = PlacementOrder.PACK.value  # the dispatch order (SPEC §1)
+
+    @property
+    def label(self) -> str:
+        """What reports call this run: "<policy>/<placement>", e.g. "reservation/pack"."""
+        return f"{self.policy}/{self.placement}"
 
 
 def simulate(
@@ -194,15 +204,21 @@ def simulate(
     policy: str | Policy = "reservation",
     cycle_s: float = 5.0,
     *,
+    placement: PlacementOrder | str = PlacementOrder.PACK,
     observer: Observer | None = None,
     every_cycle: bool = False,
     progress: Progress | None = None,
 ) -> SimResult:
     """Replay `jobs` on `cluster` under `policy` (see the module docstring)."""
+    order = parse_placement_order(str(placement))
+    fn: Policy
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-        name, fn = policy, POLICIES[policy]
+        name, named = policy, POLICIES[policy]
+
+        def fn(snapshot: Snapshot) -> Decisions:
+            return named(snapshot, order)
     else:
         name, fn = getattr(policy, "__name__", "custom"), policy
     if not (cycle_s > 0 and math.isfinite(cycle_s)):
@@ -213,7 +229,7 @@ def simulate(
     started = time.perf_counter()
     engine = _Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
     engine.run()
-    return engine.result(name, time.perf_counter() - started)
+    return engine.result(name, order.value, time.perf_counter() - started)
 
 
 # Reorder the queue dict after this many changes to its order (see _cycle).
@@ -675,7 +691,7 @@ class _Engine:
 
     # -- result ---------------------------------------------------------------------------
 
-    def result(self, policy: str, wall_s: float) -> SimResult:
+    def result(self, policy: str, placement: str, wall_s: float) -> SimResult:
         records = tuple(
             JobRecord(
                 job_id=j.spec.job_id,
@@ -710,4 +726,5 @@ class _Engine:
             cycles_run=self.cycles_run,
             cycles_total=self.cycles_total,
             wall_s=wall_s,
+            placement=placement,
         )

@@ -53,7 +53,7 @@ def plot_gpu_use(result: SimResult, path: Path) -> None:
     ax.set_ylim(0, result.capacity_gpus)
     ax.set_xlabel("simulated time (hours)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"GPU use over time — policy {result.policy}")
+    ax.set_title(f"GPU use over time — {result.label}")
     ax.legend(loc="upper right", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata=_META)
@@ -75,7 +75,7 @@ def plot_lab_usage(result: SimResult, path: Path) -> None:
         ax.step([*xs, end], [*ys, ys[-1]], where="post", label=lab)
     ax.set_xlabel("simulated time (hours)")
     ax.set_ylabel("cumulative usage (TFLOP-seconds)")
-    ax.set_title(f"Lab usage over time — policy {result.policy}")
+    ax.set_title(f"Lab usage over time — {result.label}")
     if len(series) <= 20:
         ax.legend(loc="upper left", fontsize="small", ncol=2)
     fig.tight_layout()
@@ -97,7 +97,7 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
         ]
         ax.boxplot(
             [d if d else [0.0] for d in data],
-            tick_labels=[r.policy for r in results],
+            tick_labels=[r.label for r in results],
             showfliers=True,
             flierprops={"markersize": 2},
         )

@@ -42,7 +42,7 @@ def queue(
     """The queue in fair-share order (SPEC §1), each job with its rank (1 = top), its lab's
     usage, its reservation and its "why", as the next dispatch cycle would see them."""
     now = ctx.clock()
-    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
+    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)), ctx.placement_order)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
     data = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)

@@ -167,7 +167,7 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     now = ctx.clock()
     if job.state != JobState.GLOBAL_QUEUE_WAIT.value:
         return history_why(job, history, tiers, now)
-    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
+    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)), ctx.placement_order)
     return queued_why(view, job, history, tiers)
 
 
