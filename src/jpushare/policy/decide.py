@@ -28,7 +28,7 @@ from jpushare.policy.model import (
     Snapshot,
     StartReservation,
 )
-from jpushare.policy.order import IdleIndex, PlacementOrder
+from jpushare.policy.order import PlacementOrder, idle_index_of
 from jpushare.policy.why import ClassView, WhyTable
 
 
@@ -63,7 +63,7 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
     """
     now = snapshot.now
     tiers = {t.name: t for t in snapshot.tiers}
-    index = IdleIndex(tiers, snapshot.placements)
+    index = idle_index_of(snapshot.tiers, snapshot.placements)
     by_key = index.placements
 
     # 1. The queue in fair-share order.

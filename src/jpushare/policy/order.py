@@ -17,7 +17,7 @@ Tiers of equal `sort_order` tie on the tier name last.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
 from jpushare.policy.model import Placement, Tier
@@ -68,76 +68,34 @@ def reserve_key(sort_order: int, idle: int, node: str, tier: str) -> tuple[int, 
     return (-sort_order, -idle, node, tier)
 
 
-class _Shelf:
-    """The placements of one tier and one capacity with idle GPUs: (idle, node) sorted."""
+class _Layout:
+    """What stays put while only idle counts change: the shelves (one per tier and
+    capacity) with their placement counts, the shelf of each placement, the tier groups."""
 
-    __slots__ = ("capacity", "entries", "schedulable", "total")
+    __slots__ = ("capacity", "groups", "schedulable", "shelf_of", "shelves", "tiers", "total")
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.entries: list[tuple[int, str]] = []
-        self.total = 0  # placements of this tier and capacity, down ones included
-        self.schedulable = 0
-
-    def fewest_holding(self, n: int) -> tuple[int, str] | None:
-        """(idle, node) with the fewest idle GPUs >= n, smallest node among equals."""
-        e = self.entries
-        i = bisect_left(e, (n, ""))
-        return e[i] if i < len(e) else None
-
-    def most(self) -> tuple[int, str] | None:
-        """(idle, node) with the most idle GPUs, smallest node among equals."""
-        e = self.entries
-        if not e:
-            return None
-        return e[bisect_left(e, (e[-1][0], ""))]
-
-
-class IdleIndex:
-    """Idle GPUs per placement, and the first placement of an order that holds a job.
-
-    Per tier, one sorted list of (idle, node) per distinct capacity (usually one or two),
-    holding the placements with idle > 0. A change of one idle count is a bisect and a
-    list insert (a memmove); a query bisects the lists of the fit tiers, strongest first.
-    `generation` counts changes, so callers can cache what a class of jobs found.
-    """
-
-    __slots__ = ("generation", "groups", "idle", "placements", "shelf_of", "shelves", "tiers")
-
-    def __init__(
-        self,
-        tiers: Mapping[str, Tier],
-        placements: Iterable[Placement],
-    ) -> None:
+    def __init__(self, tiers: Mapping[str, Tier], placements: Iterable[Placement]) -> None:
         self.tiers = tiers
-        self.generation = 0
-        self.placements: dict[Key, Placement] = {}
-        self.idle: dict[Key, int] = {}
-        self.shelf_of: dict[Key, _Shelf] = {}
-        # tier -> shelves by capacity, largest first
-        self.shelves: dict[str, list[_Shelf]] = {}
-        by_tc: dict[tuple[str, int], _Shelf] = {}
+        self.shelf_of: dict[Key, int] = {}
+        self.capacity: list[int] = []
+        self.total: list[int] = []  # placements on the shelf, down ones included
+        self.schedulable: list[int] = []
+        ids: dict[tuple[str, int], int] = {}
         for p in placements:
-            tier, cap = p.tier, p.capacity
-            if tier not in tiers:
+            if p.tier not in tiers:
                 continue
-            key = (p.node, tier)
-            self.placements[key] = p
-            shelf = by_tc.get((tier, cap))
+            shelf = ids.get((p.tier, p.capacity))
             if shelf is None:
-                shelf = by_tc[(tier, cap)] = _Shelf(cap)
-            self.shelf_of[key] = shelf
-            shelf.total += 1
-            if p.schedulable:
-                shelf.schedulable += 1
-                free = cap - p.busy
-                if free > 0:
-                    self.idle[key] = free
-                    shelf.entries.append((free, p.node))
-                    continue
-            self.idle[key] = 0
-        for (tier, _), shelf in sorted(by_tc.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
-            shelf.entries.sort()
+                shelf = ids[(p.tier, p.capacity)] = len(self.capacity)
+                self.capacity.append(p.capacity)
+                self.total.append(0)
+                self.schedulable.append(0)
+            self.shelf_of[(p.node, p.tier)] = shelf
+            self.total[shelf] += 1
+            self.schedulable[shelf] += p.schedulable
+        # tier -> its shelves, largest capacity first
+        self.shelves: dict[str, list[int]] = {}
+        for (tier, _), shelf in sorted(ids.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
             self.shelves.setdefault(tier, []).append(shelf)
         # sort_order groups of the auto-assign tiers, strongest first: [(sort_order, names)]
         groups: dict[int, list[str]] = {}
@@ -145,6 +103,86 @@ class IdleIndex:
             if t.auto_assign and t.name in self.shelves:
                 groups.setdefault(t.sort_order, []).append(t.name)
         self.groups = sorted(((o, sorted(ns)) for o, ns in groups.items()), reverse=True)
+
+    def fit_shelves(self, num_gpus: int, min_sort_order: int) -> Iterator[tuple[int, str, int]]:
+        """(sort_order, tier, shelf) of every shelf that fits a job class, strongest first."""
+        tiers = self.tiers
+        for sort_order, names in self.groups:
+            if sort_order < min_sort_order:
+                return
+            for name in names:
+                if tiers[name].max_gpus < num_gpus:
+                    continue
+                for shelf in self.shelves[name]:
+                    if self.capacity[shelf] < num_gpus:
+                        break
+                    yield sort_order, name, shelf
+
+
+class IdleIndex:
+    """Idle GPUs per placement, and the first placement of an order that holds a job.
+
+    Per tier and capacity a "shelf": a sorted list of (idle, node) of its placements with
+    idle > 0. A change of one idle count is a bisect and a list insert (a memmove); a query
+    bisects the shelves of the fit tiers, strongest first. `generation` counts changes, so
+    callers can cache what a class of jobs found. `copy()` is cheap (the layout is shared),
+    which lets a shell keep one index up to date and hand a copy to each cycle
+    (`IndexedPlacements`).
+    """
+
+    __slots__ = ("entries", "generation", "idle", "layout", "placements")
+
+    def __init__(self, tiers: Mapping[str, Tier], placements: Iterable[Placement]) -> None:
+        plist = list(placements)
+        self.layout = _Layout(tiers, plist)
+        self.generation = 0
+        self.placements: dict[Key, Placement] = {}
+        self.idle: dict[Key, int] = {}
+        self.entries: list[list[tuple[int, str]]] = [[] for _ in self.layout.capacity]
+        shelf_of = self.layout.shelf_of
+        for p in plist:
+            key = (p.node, p.tier)
+            shelf = shelf_of.get(key)
+            if shelf is None:
+                continue
+            self.placements[key] = p
+            free = p.capacity - p.busy if p.schedulable else 0
+            if free > 0:
+                self.idle[key] = free
+                self.entries[shelf].append((free, p.node))
+            else:
+                self.idle[key] = 0
+        for e in self.entries:
+            e.sort()
+
+    @property
+    def tiers(self) -> Mapping[str, Tier]:
+        return self.layout.tiers
+
+    def copy(self) -> IdleIndex:
+        """An independent index in the same state (generation restarts at 0)."""
+        other = IdleIndex.__new__(IdleIndex)
+        other.layout = self.layout
+        other.generation = 0
+        other.placements = self.placements.copy()
+        other.idle = self.idle.copy()
+        other.entries = [e.copy() for e in self.entries]
+        return other
+
+    def replace_placement(self, p: Placement) -> None:
+        """Take a new state of one placement (busy GPUs, up or down) into the index."""
+        key = (p.node, p.tier)
+        old = self.placements.get(key)
+        if old is None or old.capacity != p.capacity or old.schedulable != p.schedulable:
+            placements = dict(self.placements)
+            placements[key] = p
+            rebuilt = IdleIndex(self.layout.tiers, placements.values())
+            self.layout, self.placements = rebuilt.layout, rebuilt.placements
+            self.idle, self.entries = rebuilt.idle, rebuilt.entries
+            self.generation += 1
+            return
+        self.placements[key] = p
+        self.set(key, p.capacity - p.busy if p.schedulable else 0)
 
     # -- changes ------------------------------------------------------------------------
 
@@ -154,7 +192,7 @@ class IdleIndex:
             return
         self.idle[key] = value
         self.generation += 1
-        entries = self.shelf_of[key].entries
+        entries = self.entries[self.layout.shelf_of[key]]
         node = key[0]
         if old > 0:
             del entries[bisect_left(entries, (old, node))]
@@ -172,25 +210,30 @@ class IdleIndex:
         """The first fit placement in dispatch order with >= num_gpus idle GPUs (SPEC §3 (a))."""
         pack = order is PlacementOrder.PACK
         n = num_gpus
-        for sort_order, names in self.groups:
-            if sort_order < min_sort_order:
-                break
-            best: tuple[int, str, str] | None = None  # (idle, or -idle for spread; node; tier)
-            for name in names:
-                if self.tiers[name].max_gpus < n:
+        entries = self.entries
+        best: tuple[int, str, str] | None = None  # (idle, or -idle for spread; node; tier)
+        group: int | None = None
+        for sort_order, name, shelf in self.layout.fit_shelves(n, min_sort_order):
+            if sort_order != group:
+                if best is not None:
+                    break  # a stronger tier holds the job
+                group = sort_order
+            e = entries[shelf]
+            if not e:
+                continue
+            if pack:
+                i = bisect_left(e, (n, ""))
+                if i == len(e):
                     continue
-                for shelf in self.shelves[name]:
-                    if shelf.capacity < n:
-                        break
-                    top = shelf.fewest_holding(n) if pack else shelf.most()
-                    if top is None or top[0] < n:
-                        continue
-                    cand = (top[0] if pack else -top[0], top[1], name)
-                    if best is None or cand < best:
-                        best = cand
-            if best is not None:
-                return (best[1], best[2])
-        return None
+                cand = (e[i][0], e[i][1], name)
+            else:
+                top = e[-1][0]
+                if top < n:
+                    continue
+                cand = (-top, e[bisect_left(e, (top, ""))][1], name)
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else (best[1], best[2])
 
     def first_to_reserve(self, num_gpus: int, min_sort_order: int) -> Key | None:
         """The first fit placement in reserve order with an idle GPU (SPEC §3 (c))."""
@@ -205,38 +248,61 @@ class IdleIndex:
     def _most(
         self, n: int, min_sort_order: int, *, first_group_only: bool
     ) -> tuple[int, str, str] | None:
+        entries = self.entries
         best: tuple[int, str, str] | None = None  # (-idle, node, tier)
-        for sort_order, names in self.groups:
-            if sort_order < min_sort_order:
-                break
-            for name in names:
-                if self.tiers[name].max_gpus < n:
-                    continue
-                for shelf in self.shelves[name]:
-                    if shelf.capacity < n:
-                        break
-                    top = shelf.most()
-                    if top is None:
-                        continue
-                    cand = (-top[0], top[1], name)
-                    if best is None or cand < best:
-                        best = cand
-            if best is not None and first_group_only:
-                return best
+        group: int | None = None
+        for sort_order, name, shelf in self.layout.fit_shelves(n, min_sort_order):
+            if sort_order != group:
+                if best is not None and first_group_only:
+                    break
+                group = sort_order
+            e = entries[shelf]
+            if not e:
+                continue
+            top = e[-1][0]
+            cand = (-top, e[bisect_left(e, (top, ""))][1], name)
+            if best is None or cand < best:
+                best = cand
         return best
 
     def fit_counts(self, num_gpus: int, min_sort_order: int) -> tuple[int, int]:
         """(fit placements, schedulable ones) for a job class: static, from the inventory."""
+        layout = self.layout
         fit = schedulable = 0
-        for sort_order, names in self.groups:
-            if sort_order < min_sort_order:
-                break
-            for name in names:
-                if self.tiers[name].max_gpus < num_gpus:
-                    continue
-                for shelf in self.shelves[name]:
-                    if shelf.capacity < num_gpus:
-                        break
-                    fit += shelf.total
-                    schedulable += shelf.schedulable
+        for _, _, shelf in layout.fit_shelves(num_gpus, min_sort_order):
+            fit += layout.total[shelf]
+            schedulable += layout.schedulable[shelf]
         return fit, schedulable
+
+
+class IndexedPlacements(tuple[Placement, ...]):
+    """A snapshot's placements with their `IdleIndex` already built for `tiers`.
+
+    Equal to the plain tuple, and the policies decide the same on either (tests check it
+    on every cycle of random replays); the simulator keeps one index up to date as
+    placements change, so that a cycle copies it instead of rebuilding it.
+    """
+
+    idle_index: IdleIndex
+    tiers: tuple[Tier, ...]
+
+    def __new__(
+        cls, placements: Iterable[Placement], index: IdleIndex, tiers: tuple[Tier, ...]
+    ) -> IndexedPlacements:
+        self = super().__new__(cls, placements)
+        self.idle_index = index
+        self.tiers = tiers
+        return self
+
+    def __reduce__(self) -> tuple[type[tuple[Placement, ...]], tuple[tuple[Placement, ...]]]:
+        # Pickled (or deep-copied) as the plain tuple it equals; the index is a cache.
+        return (tuple, (tuple(self),))
+
+
+def idle_index_of(tiers: tuple[Tier, ...], placements: Sequence[Placement]) -> IdleIndex:
+    """A fresh index of a snapshot's placements: a copy of the one they carry, if any."""
+    if isinstance(placements, IndexedPlacements) and (
+        placements.tiers is tiers or placements.tiers == tiers
+    ):
+        return placements.idle_index.copy()
+    return IdleIndex({t.name: t for t in tiers}, placements)

@@ -23,7 +23,7 @@ from typing import Protocol
 from jpushare.policy.decide import decide, sort_queue
 from jpushare.policy.fit import fits
 from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
-from jpushare.policy.order import IdleIndex, PlacementOrder, reserve_key
+from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
 Class = tuple[int, int]  # (num_gpus, min_sort_order)
@@ -44,7 +44,7 @@ class _Cycle:
 
     def __init__(self, snapshot: Snapshot, placement_order: PlacementOrder) -> None:
         self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
-        self.index = IdleIndex(self.tiers, snapshot.placements)
+        self.index = idle_index_of(snapshot.tiers, snapshot.placements)
         self.idle = self.index.idle
         self.order = placement_order
         self._fit: dict[Class, list[Placement]] = {}

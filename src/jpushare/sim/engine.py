@@ -75,7 +75,12 @@ from jpushare.policy.model import (
     Tier,
 )
 from jpushare.policy.oom import escalate
-from jpushare.policy.order import PlacementOrder, parse_placement_order
+from jpushare.policy.order import (
+    IdleIndex,
+    IndexedPlacements,
+    PlacementOrder,
+    parse_placement_order,
+)
 from jpushare.policy.peers import POLICIES, Policy
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.trace_file import TraceJob, check_tiers
@@ -323,6 +328,9 @@ class _Engine:
         self.progress = progress
 
         self.placements: dict[Key, Placement] = {p.key: p for p in cluster.placements}
+        # The policies' idle index, kept up to date as placements change: each cycle gets a
+        # copy with its placements (`IndexedPlacements`) instead of building one.
+        self.idle_index = IdleIndex(self.tier_by_name, cluster.placements)
         self._placement_tuple: tuple[Placement, ...] | None = None
         default_min = default_min_sort_order(cluster.tiers)
         self.order: list[str] = []
@@ -424,8 +432,9 @@ class _Engine:
         self.cycles_run += 1
         for acc in decisions.accruals:
             job = self.jobs[acc.job_id]
-            if job.reservation is not None:
-                job.reservation = replace(job.reservation, last_accrued_at=acc.accrued_to)
+            r = job.reservation
+            if r is not None:
+                job.reservation = Reservation(r.node, r.tier, r.gpus, r.since, acc.accrued_to)
                 self.queue[acc.job_id] = job.queued()
         for action in decisions.actions:
             if isinstance(action, Dispatch):
@@ -450,11 +459,14 @@ class _Engine:
 
     def _placements(self) -> tuple[Placement, ...]:
         if self._placement_tuple is None:
-            self._placement_tuple = tuple(self.placements.values())
+            self._placement_tuple = IndexedPlacements(
+                self.placements.values(), self.idle_index.copy(), self.tiers
+            )
         return self._placement_tuple
 
     def _set_placement(self, p: Placement) -> None:
-        self.placements[p.key] = p
+        self.placements[(p.node, p.tier)] = p
+        self.idle_index.replace_placement(p)
         self._placement_tuple = None
 
     # -- events ---------------------------------------------------------------------------
@@ -580,7 +592,9 @@ class _Engine:
             or p.capacity - p.busy - held < a.num_gpus
         ):
             raise RuntimeError(f"the policy made an impossible dispatch at t={t}: {a}")
-        self._set_placement(replace(p, busy=p.busy + a.num_gpus))
+        self._set_placement(
+            Placement(p.node, p.tier, p.capacity, p.busy + a.num_gpus, p.schedulable)
+        )
         self.running_gpus += a.num_gpus
         del self.queue[a.job_id]
         job.state = JobState.RUNNING
@@ -647,7 +661,7 @@ class _Engine:
         node, tier_name = job.run_key
         n = job.spec.num_gpus
         p = self.placements[job.run_key]
-        self._set_placement(replace(p, busy=p.busy - n))
+        self._set_placement(Placement(p.node, p.tier, p.capacity, p.busy - n, p.schedulable))
         self.running_gpus -= n
         del self.running[job.spec.job_id]
         cost = run_cost(n, job.run_start, t, self.tier_by_name[tier_name].tflops)
