@@ -21,8 +21,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from jpushare.policy.decide import decide, sort_queue
-from jpushare.policy.fit import fits
-from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
+from jpushare.policy.model import Action, Decisions, Dispatch, QueuedJob, Snapshot, Tier
 from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
@@ -40,25 +39,14 @@ class NamedPolicy(Protocol):
 
 
 class _Cycle:
-    """One cycle's idle GPUs per placement and the fit placements of each job class."""
+    """One cycle's idle GPUs per placement, in the placement order's index."""
 
     def __init__(self, snapshot: Snapshot, placement_order: PlacementOrder) -> None:
         self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
         self.index = idle_index_of(snapshot.tiers, snapshot.placements)
         self.idle = self.index.idle
         self.order = placement_order
-        self._fit: dict[Class, list[Placement]] = {}
         self.actions: list[Action] = []
-
-    def fit(self, n: int, m: int) -> list[Placement]:
-        found = self._fit.get((n, m))
-        if found is None:
-            tiers = self.tiers
-            found = [
-                p for p in self.index.placements.values() if fits(n, m, tiers[p.tier], p.capacity)
-            ]
-            self._fit[(n, m)] = found
-        return found
 
     def first(self, n: int, m: int, exclude: Key | None = None) -> Key | None:
         """The first fit placement with >= n idle GPUs in dispatch order (SPEC §3 (a)),
@@ -212,8 +200,9 @@ def _running_ends(
     ends: dict[Key, list[tuple[float, int]]] = {}
     inf = math.inf
     for r in snapshot.running:
+        limit = r.time_limit_s
+        item = (inf if limit is None else r.started_at + limit, r.num_gpus)
         key = (r.node, r.tier)
-        item = (inf if r.time_limit_s is None else r.started_at + r.time_limit_s, r.num_gpus)
         bucket = ends.get(key)
         if bucket is None:
             ends[key] = [item]
@@ -225,16 +214,32 @@ def _running_ends(
 
 
 def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]]) -> _Plan | None:
-    """The earliest planned start of a job that cannot start now (step 2 of `backfill`)."""
+    """The earliest planned start of a job that cannot start now (step 2 of `backfill`).
+
+    Only placements with running jobs can free GPUs, so only those are looked at; one
+    whose first expected end is later than the best start found cannot win.
+    """
     n = job.num_gpus
+    index = cycle.index
+    layout = index.layout
+    shelves = {shelf for _, _, shelf in layout.fit_shelves(n, job.min_sort_order)}
+    shelf_of = layout.shelf_of
+    idle = index.idle
     best: _Plan | None = None
     best_key: tuple[float, int, int, str, str] | None = None
-    for p in cycle.fit(n, job.min_sort_order):
+    best_start = math.inf
+    for key, bucket in ends.items():
+        if shelf_of.get(key) not in shelves:
+            continue
+        p = index.placements[key]
         if not p.schedulable:
             continue
-        free = cycle.idle[p.key]
+        bucket.sort()
+        if bucket[0][0] > best_start:
+            continue
+        free = idle[key]
         start: float | None = None
-        for end, gpus in sorted(ends.get(p.key, ())):
+        for end, gpus in bucket:
             if start is not None and end > start:
                 break
             free += gpus
@@ -243,9 +248,9 @@ def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]
         if start is None or math.isinf(start):
             continue
         # Ties in reserve order: the plan is backfill's reservation, in time (SPEC §1).
-        k = (start, *reserve_key(cycle.tiers[p.tier].sort_order, cycle.idle[p.key], p.node, p.tier))
+        k = (start, *reserve_key(layout.tiers[p.tier].sort_order, idle[key], p.node, p.tier))
         if best_key is None or k < best_key:
-            best, best_key = _Plan(p.key, start, free - n), k
+            best, best_key, best_start = _Plan(key, start, free - n), k, start
     return best
 
 
