@@ -108,7 +108,7 @@ def main() -> None:
         f"| {'jobs/s (CPU)':>12} |"
     )
     print(header)
-    print("|" + "|".join("-" * (len(c) + 2) for c in header.split("|")[1:-1]) + "|")
+    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.trace or list(CASES):
             cluster, jobs = load_case(CASES[name], Path(tmp))

@@ -30,11 +30,13 @@ Key = tuple[str, str]
 
 
 def reference_decide(
-    snap: Snapshot, placement: str = "pack"
+    snap: Snapshot, placement: str = "pack", best_idle: dict[str, int] | None = None
 ) -> tuple[tuple[str, ...], tuple[Action, ...], tuple[AccrueReservation, ...]]:
     """(queue order, actions, accruals) of one cycle, straight from SPEC §3 and §4.
 
     `placement`: "pack" (SPEC §1: best fit for dispatch) or "spread" (most idle first).
+    `best_idle`, if given, receives for each job that waits the most idle GPUs on one of
+    its fit placements once the cycle is done with it (SPEC §8's "why" figure).
     """
     assert placement in ("pack", "spread")
     now = snap.now
@@ -129,6 +131,8 @@ def reference_decide(
                 actions.append(StartReservation(job.job_id, p.node, p.tier, idle[p.key]))
                 idle[p.key] = 0
         # (d) wait
+        if best_idle is not None:
+            best_idle[job.job_id] = max((idle[p.key] for p in fit(job)), default=0)
     return tuple(j.job_id for j in queue), tuple(actions), tuple(accruals)
 
 

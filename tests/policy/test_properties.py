@@ -155,11 +155,14 @@ def test_decide_matches_the_spec_pseudocode_transcribed_literally(
     placement: PlacementOrder, snap: Snapshot
 ) -> None:
     d = decide(snap, placement)
-    order, actions, accruals = reference_decide(snap, placement.value)
+    best_idle: dict[str, int] = {}
+    order, actions, accruals = reference_decide(snap, placement.value, best_idle)
     assert d.order == order
     assert d.actions == actions
     assert d.accruals == accruals
     assert d.now == snap.now
+    # "why": the most idle GPUs on a fit placement when the cycle was done with the job.
+    assert {j: d.why[j].best_idle for j in best_idle} == best_idle
 
 
 @BOTH_PLACEMENTS

@@ -111,7 +111,6 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
     # What every waiting job of one (size, minimum tier) class sees, cached per generation
     # of the idle index: most queued jobs reuse it, which keeps a cycle linear and cheap.
     fit_counts: dict[tuple[int, int], tuple[int, int]] = {}
-    views: dict[tuple[int, int], ClassView] = {}
     blocking: tuple[str, Reservation] | None = next(iter(kept.items()), None)
     raw: dict[str, tuple[int, int, ClassView, Reservation | None]] = {}
 
@@ -131,23 +130,27 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 and index.idle[bkey] + bres.gpus >= n
             ):
                 blocker = blocking
-        v = ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
-        views[(n, m)] = v
-        return v
+        return ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
 
-    # 4. Walk the whole queue.
+    # 4. Walk the whole queue. Below the top job no job holds a reservation (R3 released
+    # them all), so a job whose (size, minimum tier) class found nothing since the last
+    # change of an idle count finds nothing again: `known_misses` holds those classes'
+    # views for the index's current generation `seen`.
+    known_misses: dict[tuple[int, int], ClassView] = {}
+    seen = index.generation
     for i, job in enumerate(queue):
-        n, m = job.num_gpus, job.min_sort_order
-        cls = (n, m)
-        cached = views.get(cls)
-        fresh = cached is not None and cached.generation == index.generation
-        res = kept.get(job.job_id)
-        if fresh and res is None and i > 0:
-            # A known miss: nothing changed since a job of this class found no GPUs.
-            assert cached is not None
-            raw[job.job_id] = (i, n, cached, None)
+        if index.generation != seen:
+            known_misses.clear()
+            seen = index.generation
+        n = job.num_gpus
+        cls = (n, job.min_sort_order)
+        missed = known_misses.get(cls)
+        if missed is not None:
+            raw[job.job_id] = (i, n, missed, None)
             continue
-        key = None if fresh else index.first_to_dispatch(placement_order, n, m)
+        m = cls[1]
+        res = kept.get(job.job_id) if i == 0 else None
+        key = index.first_to_dispatch(placement_order, n, m)
         if key is not None:
             # (a) some fit placement has enough idle GPUs: dispatch on the first (SPEC §1).
             actions.append(Dispatch(job.job_id, key[0], key[1], n))
@@ -192,7 +195,11 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 res = Reservation(pick[0], pick[1], gpus, now, now)
                 blocking = (job.job_id, res)
         # (d) wait; say why.
-        raw[job.job_id] = (i, n, view(n, m), res)
+        if index.generation != seen:
+            known_misses.clear()
+            seen = index.generation
+        known_misses[cls] = v = view(n, m)
+        raw[job.job_id] = (i, n, v, res)
 
     why = WhyTable(raw, len(queue), top_id)
     return Decisions(
