@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from jpushare.policy.decide import decide
+from jpushare.policy.decide import RankedQueue, decide, queue_order
 from jpushare.policy.model import Decisions, QueuedJob, ReleaseReason, Snapshot
 from jpushare.policy.order import IndexedPlacements, PlacementOrder
 from jpushare.policy.peers import POLICIES
@@ -296,19 +296,26 @@ def test_bad_api_input_is_refused() -> None:
 @pytest.mark.parametrize("placement", list(PlacementOrder))
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("seed", range(4))
-def test_the_engines_kept_idle_index_decides_as_one_built_from_the_plain_placements(
+def test_the_engines_kept_index_and_ranked_queue_decide_as_plain_tuples_do(
     policy: str, placement: PlacementOrder, seed: int
 ) -> None:
     # The engine hands each cycle its placements with an idle index it keeps up to date
-    # (IndexedPlacements); the same snapshot with a plain tuple must decide the same.
+    # (IndexedPlacements) and its queue already ranked (RankedQueue); the same snapshot
+    # with plain tuples, the queue reversed, must decide the same.
     c, jobs = random_case(seed)
     checked = 0
 
     def observe(snapshot: Snapshot, decisions: Decisions) -> None:
         nonlocal checked
         assert isinstance(snapshot.placements, IndexedPlacements)
-        plain = replace(snapshot, placements=tuple(snapshot.placements))
-        assert type(plain.placements) is tuple
+        assert isinstance(snapshot.queue, RankedQueue)
+        plain = replace(
+            snapshot,
+            placements=tuple(snapshot.placements),
+            queue=tuple(reversed(snapshot.queue)),
+        )
+        assert type(plain.placements) is tuple and type(plain.queue) is tuple
+        assert list(snapshot.queue) == sorted(plain.queue, key=queue_order(plain.lab_usage))
         again = POLICIES[policy](plain, placement)
         assert again == decisions  # order, actions, accruals and every "why"
         checked += 1

@@ -54,11 +54,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import chain
+from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual, run_cost
+from jpushare.policy.decide import RankedQueue
 from jpushare.policy.fit import FitReport, check_fit, default_min_sort_order, fits
 from jpushare.policy.model import (
     AbsorbReservation,
@@ -237,9 +241,6 @@ def simulate(
     return engine.result(name, order.value, time.perf_counter() - started)
 
 
-# Reorder the queue dict after this many changes to its order (see _cycle).
-_REORDER_AFTER = 16
-
 # Event kinds, in the order they apply at equal times.
 _END, _CANCEL, _NODE = 0, 1, 2
 
@@ -306,6 +307,56 @@ class _Job:
         )
 
 
+_ENTRY = attrgetter("queue_entered_at", "job_id")
+
+
+class _LabQueues:
+    """The queued jobs of each lab in (queue_entered_at, job id) order.
+
+    The queue in `queue_order` (lab usage, entry time, job id) is then the labs' lists one
+    after the other in usage order, merged where usages tie: a cycle gets it as a
+    `RankedQueue` without sorting every job (the labs are few).
+    """
+
+    def __init__(self) -> None:
+        self.keys: dict[str, list[tuple[float, str]]] = {}
+        self.jobs: dict[str, list[QueuedJob]] = {}
+
+    def put(self, q: QueuedJob) -> None:
+        keys = self.keys.get(q.lab)
+        if keys is None:
+            keys = self.keys[q.lab] = []
+            self.jobs[q.lab] = []
+        k = (q.queue_entered_at, q.job_id)
+        i = bisect_left(keys, k)
+        if i < len(keys) and keys[i] == k:
+            self.jobs[q.lab][i] = q
+        else:
+            keys.insert(i, k)
+            self.jobs[q.lab].insert(i, q)
+
+    def remove(self, q: QueuedJob) -> None:
+        keys = self.keys[q.lab]
+        i = bisect_left(keys, (q.queue_entered_at, q.job_id))
+        del keys[i]
+        del self.jobs[q.lab][i]
+
+    def ranked(self, lab_usage: dict[str, float]) -> RankedQueue:
+        labs = sorted((lab_usage.get(lab, 0.0), lab) for lab, jobs in self.jobs.items() if jobs)
+        parts: list[Iterable[QueuedJob]] = []
+        i = 0
+        while i < len(labs):
+            j = i + 1
+            while j < len(labs) and labs[j][0] == labs[i][0]:
+                j += 1
+            if j == i + 1:
+                parts.append(self.jobs[labs[i][1]])
+            else:  # labs with equal usage: their jobs interleave by entry time, then id
+                parts.append(heapq.merge(*(self.jobs[lab] for _, lab in labs[i:j]), key=_ENTRY))
+            i = j
+        return RankedQueue(chain.from_iterable(parts), lab_usage)
+
+
 class _Engine:
     def __init__(
         self,
@@ -352,7 +403,7 @@ class _Engine:
         self.initial_lab_usage = dict(self.lab_usage)
 
         self.queue: dict[str, QueuedJob] = {}
-        self._queue_dirty = 0  # jobs joined or lab usages moved since the last reorder
+        self.lab_queues = _LabQueues()  # the same jobs, kept in queue order per lab
         self.running: dict[str, RunningJob] = {}
         self.reserving: dict[str, _Job] = {}
         self.heap: list[tuple[float, int, str, int]] = []
@@ -420,11 +471,12 @@ class _Engine:
         return min(times) if times else None
 
     def _cycle(self, t: float) -> bool:
+        lab_usage = dict(self.lab_usage)
         snapshot = Snapshot(
             tiers=self.tiers,
             placements=self._placements(),
-            queue=tuple(self.queue.values()),
-            lab_usage=dict(self.lab_usage),
+            queue=self.lab_queues.ranked(lab_usage),
+            lab_usage=lab_usage,
             now=t,
             running=tuple(self.running.values()),
         )
@@ -435,7 +487,7 @@ class _Engine:
             r = job.reservation
             if r is not None:
                 job.reservation = Reservation(r.node, r.tier, r.gpus, r.since, acc.accrued_to)
-                self.queue[acc.job_id] = job.queued()
+                self._enqueue(job.queued())
         for action in decisions.actions:
             if isinstance(action, Dispatch):
                 self._dispatch(action, t)
@@ -447,15 +499,17 @@ class _Engine:
                 self._release(self.jobs[action.job_id], t, action.reason)
         if decisions.actions:
             self._mark(t)
-        if self._queue_dirty >= _REORDER_AFTER and decisions.order:
-            # Keep the queue near the policy's last rank order: the policies' sorts then
-            # meet a few sorted runs, which Python's sort merges in about linear time.
-            q = self.queue
-            self.queue = {i: q[i] for i in decisions.order if i in q}
-            self._queue_dirty = 0
         if self.observer is not None:
             self.observer(snapshot, decisions)
         return bool(decisions.actions)
+
+    def _enqueue(self, q: QueuedJob) -> None:
+        """A job joins the queue, or its queued view changes (reservation, minimum tier)."""
+        self.queue[q.job_id] = q
+        self.lab_queues.put(q)
+
+    def _dequeue(self, job_id: str) -> None:
+        self.lab_queues.remove(self.queue.pop(job_id))
 
     def _placements(self) -> tuple[Placement, ...]:
         if self._placement_tuple is None:
@@ -506,8 +560,7 @@ class _Engine:
                 self.finished += 1
             else:
                 job.state = JobState.QUEUED
-                self.queue[spec.job_id] = job.queued()
-                self._queue_dirty += 1
+                self._enqueue(job.queued())
                 changed = True
         return changed
 
@@ -537,7 +590,7 @@ class _Engine:
         if job.state is JobState.QUEUED:
             if job.reservation is not None:
                 self._release(job, t, ReleaseReason.CANCEL)  # S11
-            del self.queue[job.spec.job_id]
+            self._dequeue(job.spec.job_id)
             self._bill(job, t)
             self._finish(job, JobState.CANCELLED)
             return True
@@ -596,7 +649,7 @@ class _Engine:
             Placement(p.node, p.tier, p.capacity, p.busy + a.num_gpus, p.schedulable)
         )
         self.running_gpus += a.num_gpus
-        del self.queue[a.job_id]
+        self._dequeue(a.job_id)
         job.state = JobState.RUNNING
         job.epoch += 1
         job.run_start = t
@@ -616,7 +669,7 @@ class _Engine:
         self.reserved_gpus += a.gpus
         self.open_reservation[a.job_id] = len(self.reservation_log)
         self.reservation_log.append(_ReservationLog(a.job_id, a.node, a.tier, a.gpus, t))
-        self.queue[a.job_id] = job.queued()
+        self._enqueue(job.queued())
 
     def _absorb(self, a: AbsorbReservation, t: float) -> None:
         job = self.jobs[a.job_id]
@@ -628,7 +681,7 @@ class _Engine:
         self.reserved_gpus += a.added
         self.reservation_log[self.open_reservation[a.job_id]].gpus = a.total
         if job.state is JobState.QUEUED:
-            self.queue[a.job_id] = job.queued()
+            self._enqueue(job.queued())
 
     def _release(self, job: _Job, t: float, reason: ReleaseReason) -> None:
         res = job.reservation
@@ -641,7 +694,7 @@ class _Engine:
         entry = self.reservation_log[self.open_reservation.pop(job.spec.job_id)]
         entry.ended_at, entry.reason = t, reason
         if job.state is JobState.QUEUED:
-            self.queue[job.spec.job_id] = job.queued()
+            self._enqueue(job.queued())
 
     def _close_span(self, job: _Job, t: float) -> None:
         """Charge the reservation's GPUs since the span began to the job (lazy, SPEC §4)."""
@@ -675,8 +728,7 @@ class _Engine:
 
     def _requeue(self, job: _Job) -> None:
         job.state = JobState.QUEUED
-        self.queue[job.spec.job_id] = job.queued()
-        self._queue_dirty += 1
+        self._enqueue(job.queued())
 
     def _finish(self, job: _Job, state: JobState) -> None:
         job.state = state
@@ -687,7 +739,6 @@ class _Engine:
         if job.unbilled == 0.0:
             return
         lab = job.spec.lab
-        self._queue_dirty += 1
         self.lab_usage[lab] += job.unbilled
         job.billed += job.unbilled
         job.unbilled = 0.0
