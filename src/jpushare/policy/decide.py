@@ -155,15 +155,11 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
         return ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
 
     # 4. Walk the whole queue. Below the top job no job holds a reservation (R3 released
-    # them all), so a job whose (size, minimum tier) class found nothing since the last
-    # change of an idle count finds nothing again: `known_misses` holds those classes'
-    # views for the index's current generation `seen`.
+    # them all) and only a dispatch changes idle GPUs, so a job whose (size, minimum tier)
+    # class found nothing since the last dispatch finds nothing again: `known_misses`
+    # holds those classes' views, and every dispatch empties it.
     known_misses: dict[tuple[int, int], ClassView] = {}
-    seen = index.generation
     for i, job in enumerate(queue):
-        if index.generation != seen:
-            known_misses.clear()
-            seen = index.generation
         n = job.num_gpus
         cls = (n, job.min_sort_order)
         missed = known_misses.get(cls)
@@ -183,6 +179,7 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 actions.append(ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, reason))
                 index.add(rkey, res.gpus)
                 blocking = None
+            known_misses.clear()
             continue
         if res is not None:
             # (b) grow the reservation with idle GPUs of its own placement.
@@ -205,6 +202,7 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 )
                 index.add(rkey, res.gpus - n)
                 blocking = None
+                known_misses.clear()
                 continue
         elif i == 0 and n >= 2:
             # (c) the top multi-GPU job reserves every idle GPU of the first fit placement
@@ -216,10 +214,7 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 index.set(pick, 0)
                 res = Reservation(pick[0], pick[1], gpus, now, now)
                 blocking = (job.job_id, res)
-        # (d) wait; say why.
-        if index.generation != seen:
-            known_misses.clear()
-            seen = index.generation
+        # (d) wait; say why. (Only the top job reaches (b) or (c), before any class is known.)
         known_misses[cls] = v = view(n, m)
         raw[job.job_id] = (i, n, v, res)
 
