@@ -316,6 +316,7 @@ def test_the_engines_kept_index_and_ranked_queue_decide_as_plain_tuples_do(
         )
         assert type(plain.placements) is tuple and type(plain.queue) is tuple
         assert list(snapshot.queue) == sorted(plain.queue, key=queue_order(plain.lab_usage))
+        assert snapshot.queue.job_ids == tuple(q.job_id for q in snapshot.queue)
         again = POLICIES[policy](plain, placement)
         assert again == decisions  # order, actions, accruals and every "why"
         checked += 1

@@ -17,10 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Protocol
 
-from jpushare.policy.decide import decide, sort_queue
+from jpushare.policy.decide import decide, rank_queue
 from jpushare.policy.model import Action, Decisions, Dispatch, QueuedJob, Snapshot, Tier
 from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
@@ -65,11 +64,7 @@ class _Cycle:
         self.actions.append(Dispatch(job.job_id, key[0], key[1], job.num_gpus))
 
 
-_JOB_ID = attrgetter("job_id")
-
-
-def _decisions(snapshot: Snapshot, queue: list[QueuedJob], cycle: _Cycle) -> Decisions:
-    order = tuple(map(_JOB_ID, queue))
+def _decisions(snapshot: Snapshot, order: tuple[str, ...], cycle: _Cycle) -> Decisions:
     return Decisions(now=snapshot.now, order=order, actions=tuple(cycle.actions))
 
 
@@ -80,7 +75,7 @@ def hol_skip(
     what does not. Never reserves, so a multi-GPU job can wait behind a stream of small ones.
     """
     cycle = _Cycle(snapshot, placement_order)
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     failed: set[Class] = set()
     for job in queue:
         cls = (job.num_gpus, job.min_sort_order)
@@ -91,7 +86,7 @@ def hol_skip(
             failed.add(cls)
             continue
         cycle.dispatch(job, p)
-    return _decisions(snapshot, queue, cycle)
+    return _decisions(snapshot, order, cycle)
 
 
 def fifo(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK) -> Decisions:
@@ -100,13 +95,13 @@ def fifo(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PA
     Never skips, never reserves: the head job blocks everyone behind it.
     """
     cycle = _Cycle(snapshot, placement_order)
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     for job in queue:
         p = cycle.first(job.num_gpus, job.min_sort_order)
         if p is None:
             break
         cycle.dispatch(job, p)
-    return _decisions(snapshot, queue, cycle)
+    return _decisions(snapshot, order, cycle)
 
 
 @dataclass(slots=True)
@@ -141,7 +136,7 @@ def backfill(
     """
     now = snapshot.now
     cycle = _Cycle(snapshot, placement_order)
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     # Expected ends per placement, built only once a plan is needed (most cycles in a busy
     # replay need one, but the jobs that start before the pivot are few).
     started: list[tuple[Key, float, int]] = []
@@ -186,7 +181,7 @@ def backfill(
         cycle.dispatch(job, p)
         if p == plan.key and not ends_in_time:
             plan.extra -= n  # it still runs at the planned start: it uses spare GPUs
-    return _decisions(snapshot, queue, cycle)
+    return _decisions(snapshot, order, cycle)
 
 
 def _end(started_at: float, time_limit_s: float | None) -> float:

@@ -41,6 +41,13 @@ state that events and actions change (`backfill` also on `now`, but only so that
 jobs may start as time passes), so the skipped cycle would have done nothing. The cost
 follows the number of events, not the simulated time.
 
+Speed: each cycle calls the policy on a whole snapshot, so the engine hands it the two
+things it would otherwise rebuild from scratch every cycle, kept up to date as jobs and
+placements change: the placements with their idle index (`IndexedPlacements`) and the
+queue already in fair-share order (`RankedQueue`, from per-lab lists). Both are equal to
+plain tuples and the policies decide the same on either (tests/sim/test_engine.py checks it
+on every cycle); `bench/bench_sim.py` measures the result on the shipped traces.
+
 Accounting (SPEC §4) is lazy, with `jpushare.policy.accounting`: run cost per attempt and
 reservation cost per span of constant size are charged to the job, and the lab is billed
 when an attempt ends (completed, OOM, node down, cancelled) or a queued job is cancelled.
@@ -308,6 +315,7 @@ class _Job:
 
 
 _ENTRY = attrgetter("queue_entered_at", "job_id")
+_JOB_ID = attrgetter("job_id")
 
 
 class _LabQueues:
@@ -321,12 +329,14 @@ class _LabQueues:
     def __init__(self) -> None:
         self.keys: dict[str, list[tuple[float, str]]] = {}
         self.jobs: dict[str, list[QueuedJob]] = {}
+        self.ids: dict[str, list[str]] = {}
 
     def put(self, q: QueuedJob) -> None:
         keys = self.keys.get(q.lab)
         if keys is None:
             keys = self.keys[q.lab] = []
             self.jobs[q.lab] = []
+            self.ids[q.lab] = []
         k = (q.queue_entered_at, q.job_id)
         i = bisect_left(keys, k)
         if i < len(keys) and keys[i] == k:
@@ -334,27 +344,34 @@ class _LabQueues:
         else:
             keys.insert(i, k)
             self.jobs[q.lab].insert(i, q)
+            self.ids[q.lab].insert(i, q.job_id)
 
     def remove(self, q: QueuedJob) -> None:
         keys = self.keys[q.lab]
         i = bisect_left(keys, (q.queue_entered_at, q.job_id))
         del keys[i]
         del self.jobs[q.lab][i]
+        del self.ids[q.lab][i]
 
     def ranked(self, lab_usage: dict[str, float]) -> RankedQueue:
         labs = sorted((lab_usage.get(lab, 0.0), lab) for lab, jobs in self.jobs.items() if jobs)
-        parts: list[Iterable[QueuedJob]] = []
+        jobs: list[Iterable[QueuedJob]] = []
+        ids: list[Iterable[str]] = []
         i = 0
         while i < len(labs):
             j = i + 1
             while j < len(labs) and labs[j][0] == labs[i][0]:
                 j += 1
             if j == i + 1:
-                parts.append(self.jobs[labs[i][1]])
+                jobs.append(self.jobs[labs[i][1]])
+                ids.append(self.ids[labs[i][1]])
             else:  # labs with equal usage: their jobs interleave by entry time, then id
-                parts.append(heapq.merge(*(self.jobs[lab] for _, lab in labs[i:j]), key=_ENTRY))
+                tied = chain.from_iterable(self.jobs[lab] for _, lab in labs[i:j])
+                merged = sorted(tied, key=_ENTRY)  # merges the sorted runs
+                jobs.append(merged)
+                ids.append(map(_JOB_ID, merged))
             i = j
-        return RankedQueue(chain.from_iterable(parts), lab_usage)
+        return RankedQueue(chain.from_iterable(jobs), lab_usage, chain.from_iterable(ids))
 
 
 class _Engine:
