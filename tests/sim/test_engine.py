@@ -300,8 +300,9 @@ def test_the_engines_kept_index_and_ranked_queue_decide_as_plain_tuples_do(
     policy: str, placement: PlacementOrder, seed: int
 ) -> None:
     # The engine hands each cycle its placements with an idle index it keeps up to date
-    # (IndexedPlacements) and its queue already ranked (RankedQueue); the same snapshot
-    # with plain tuples, the queue reversed, must decide the same.
+    # (IndexedPlacements), its queue already ranked (RankedQueue) and its running jobs with
+    # their expected ends per placement (IndexedRunning); the same snapshot with plain
+    # tuples, the queue reversed, must decide the same.
     c, jobs = random_case(seed)
     checked = 0
 
@@ -313,6 +314,7 @@ def test_the_engines_kept_index_and_ranked_queue_decide_as_plain_tuples_do(
             snapshot,
             placements=tuple(snapshot.placements),
             queue=tuple(reversed(snapshot.queue)),
+            running=tuple(snapshot.running),
         )
         assert type(plain.placements) is tuple and type(plain.queue) is tuple
         assert list(snapshot.queue) == sorted(plain.queue, key=queue_order(plain.lab_usage))

@@ -15,12 +15,22 @@ placement stays without one), and a few bisects of the idle index per dispatch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Protocol
 
 from jpushare.policy.decide import decide, rank_queue
-from jpushare.policy.model import Action, Decisions, Dispatch, QueuedJob, Snapshot, Tier
+from jpushare.policy.model import (
+    Action,
+    Decisions,
+    Dispatch,
+    QueuedJob,
+    RunningJob,
+    Snapshot,
+    Tier,
+)
 from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
@@ -137,10 +147,10 @@ def backfill(
     now = snapshot.now
     cycle = _Cycle(snapshot, placement_order)
     queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
-    # Expected ends per placement, built only once a plan is needed (most cycles in a busy
-    # replay need one, but the jobs that start before the pivot are few).
-    started: list[tuple[Key, float, int]] = []
-    ends: dict[Key, list[tuple[float, int]]] | None = None
+    # Expected ends per placement of the running jobs, read only once a plan is needed,
+    # and of the jobs this cycle starts before it.
+    ends: Ends | None = None
+    started: dict[Key, list[End]] = {}
 
     plan: _Plan | None = None
     failed: set[Class] = set()  # no placement at all has enough idle GPUs
@@ -152,16 +162,12 @@ def backfill(
             p = None if cls in failed else cycle.first(n, m)
             if p is not None:
                 cycle.dispatch(job, p)
-                end = _end(now, job.time_limit_s)
-                if ends is None:
-                    started.append((p, end, n))
-                else:
-                    ends.setdefault(p, []).append((end, n))
+                started.setdefault(p, []).append((_end(now, job.time_limit_s), n, job.job_id))
                 continue
             failed.add(cls)
             if ends is None:
-                ends = _running_ends(snapshot, started)
-            plan = _plan(job, cycle, ends)
+                ends = running_ends(snapshot.running)
+            plan = _plan(job, cycle, ends, started)
             continue
         if cls in failed:
             continue
@@ -188,27 +194,71 @@ def _end(started_at: float, time_limit_s: float | None) -> float:
     return math.inf if time_limit_s is None else started_at + time_limit_s
 
 
-def _running_ends(
-    snapshot: Snapshot, started: list[tuple[Key, float, int]]
-) -> dict[Key, list[tuple[float, int]]]:
-    """(expected end, GPUs) of every running job per placement, plus those started now."""
-    ends: dict[Key, list[tuple[float, int]]] = {}
-    inf = math.inf
-    for r in snapshot.running:
-        limit = r.time_limit_s
-        item = (inf if limit is None else r.started_at + limit, r.num_gpus)
+End = tuple[float, int, str]  # (expected end, GPUs, job id) of a running job
+Ends = Mapping[Key, Sequence[End]]  # per placement, each sorted
+
+
+class RunningEnds:
+    """The expected ends of running jobs per placement, each list sorted, kept by a shell
+    as jobs start and end (the simulator), so that `backfill` need not rebuild them from
+    every running job at each cycle. `version` counts changes."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Key, list[End]] = {}
+        self.version = 0
+
+    def started(self, r: RunningJob) -> None:
+        insort(self.by_key.setdefault((r.node, r.tier), []), _running_end(r))
+        self.version += 1
+
+    def ended(self, r: RunningJob) -> None:
+        ends = self.by_key[(r.node, r.tier)]
+        del ends[bisect_left(ends, _running_end(r))]
+        self.version += 1
+
+
+class IndexedRunning(tuple[RunningJob, ...]):
+    """A snapshot's running jobs with the `RunningEnds` they were taken from, as they were
+    then (`version`). Equal to the plain tuple; `running_ends` reads the kept lists only
+    while nothing has changed since."""
+
+    source: RunningEnds
+    version: int
+
+    def __new__(cls, running: Iterable[RunningJob], source: RunningEnds) -> IndexedRunning:
+        self = super().__new__(cls, running)
+        self.source = source
+        self.version = source.version
+        return self
+
+    def __reduce__(self) -> tuple[type[tuple[RunningJob, ...]], tuple[tuple[RunningJob, ...]]]:
+        # Pickled (or deep-copied) as the plain tuple it equals.
+        return (tuple, (tuple(self),))
+
+
+def _running_end(r: RunningJob) -> End:
+    end = math.inf if r.time_limit_s is None else r.started_at + r.time_limit_s
+    return (end, r.num_gpus, r.job_id)
+
+
+def running_ends(running: Sequence[RunningJob]) -> Ends:
+    """(expected end, GPUs, job id) of every running job per placement, sorted. Read only."""
+    if isinstance(running, IndexedRunning) and running.source.version == running.version:
+        return running.source.by_key
+    by_key: dict[Key, list[End]] = {}
+    for r in running:
         key = (r.node, r.tier)
-        bucket = ends.get(key)
+        bucket = by_key.get(key)
         if bucket is None:
-            ends[key] = [item]
+            by_key[key] = [_running_end(r)]
         else:
-            bucket.append(item)
-    for key, end, n in started:
-        ends.setdefault(key, []).append((end, n))
-    return ends
+            bucket.append(_running_end(r))
+    for bucket in by_key.values():
+        bucket.sort()
+    return by_key
 
 
-def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]]) -> _Plan | None:
+def _plan(job: QueuedJob, cycle: _Cycle, ends: Ends, started: dict[Key, list[End]]) -> _Plan | None:
     """The earliest planned start of a job that cannot start now (step 2 of `backfill`).
 
     Only placements with running jobs can free GPUs, so only those are looked at; one
@@ -223,21 +273,25 @@ def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]
     best: _Plan | None = None
     best_key: tuple[float, int, int, str, str] | None = None
     best_start = math.inf
-    for key, bucket in ends.items():
+    for key in chain(ends, (k for k in started if k not in ends)):
         if shelf_of.get(key) not in shelves:
             continue
         p = index.placements[key]
         if not p.schedulable:
             continue
-        bucket.sort()
-        if bucket[0][0] > best_start:
+        bucket: Sequence[End] = ends.get(key, ())
+        extra = started.get(key)
+        if extra:
+            bucket = sorted([*bucket, *extra])
+        if not bucket or bucket[0][0] > best_start:
             continue
         free = idle[key]
         start: float | None = None
-        for end, gpus in bucket:
+        for entry in bucket:
+            end = entry[0]
             if start is not None and end > start:
                 break
-            free += gpus
+            free += entry[1]
             if start is None and free >= n:
                 start = end
         if start is None or math.isinf(start):

@@ -92,7 +92,7 @@ from jpushare.policy.order import (
     PlacementOrder,
     parse_placement_order,
 )
-from jpushare.policy.peers import POLICIES, Policy
+from jpushare.policy.peers import POLICIES, IndexedRunning, Policy, RunningEnds
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.trace_file import TraceJob, check_tiers
 
@@ -422,6 +422,7 @@ class _Engine:
         self.queue: dict[str, QueuedJob] = {}
         self.lab_queues = _LabQueues()  # the same jobs, kept in queue order per lab
         self.running: dict[str, RunningJob] = {}
+        self.running_ends = RunningEnds()  # the same jobs' expected ends, for `backfill`
         self.reserving: dict[str, _Job] = {}
         self.heap: list[tuple[float, int, str, int]] = []
         for spec in jobs:
@@ -495,7 +496,7 @@ class _Engine:
             queue=self.lab_queues.ranked(lab_usage),
             lab_usage=lab_usage,
             now=t,
-            running=tuple(self.running.values()),
+            running=IndexedRunning(self.running.values(), self.running_ends),
         )
         decisions = self.policy(snapshot)
         self.cycles_run += 1
@@ -671,9 +672,9 @@ class _Engine:
         job.epoch += 1
         job.run_start = t
         job.run_key = key
-        self.running[a.job_id] = RunningJob(
-            a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s
-        )
+        run = RunningJob(a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s)
+        self.running[a.job_id] = run
+        self.running_ends.started(run)
         heapq.heappush(self.heap, (t + job.spec.duration, _END, a.job_id, job.epoch))
 
     def _start_reservation(self, a: StartReservation, t: float) -> None:
@@ -733,7 +734,7 @@ class _Engine:
         p = self.placements[job.run_key]
         self._set_placement(Placement(p.node, p.tier, p.capacity, p.busy - n, p.schedulable))
         self.running_gpus -= n
-        del self.running[job.spec.job_id]
+        self.running_ends.ended(self.running.pop(job.spec.job_id))
         cost = run_cost(n, job.run_start, t, self.tier_by_name[tier_name].tflops)
         job.run_cost += cost
         job.unbilled += cost
