@@ -18,7 +18,6 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Protocol
 
 from jpushare.policy.decide import decide, rank_queue
@@ -270,20 +269,20 @@ def _plan(job: QueuedJob, cycle: _Cycle, ends: Ends, started: dict[Key, list[End
     shelves = {shelf for _, _, shelf in layout.fit_shelves(n, job.min_sort_order)}
     shelf_of = layout.shelf_of
     idle = index.idle
+    placements = index.placements
     best: _Plan | None = None
     best_key: tuple[float, int, int, str, str] | None = None
     best_start = math.inf
-    for key in chain(ends, (k for k in started if k not in ends)):
-        if shelf_of.get(key) not in shelves:
+    if started:  # this cycle's starts join the running jobs' ends
+        merged = dict(ends)
+        for key, extra in started.items():
+            merged[key] = sorted([*ends.get(key, ()), *extra])
+        ends = merged
+    for key, bucket in ends.items():
+        if not bucket or bucket[0][0] > best_start or shelf_of.get(key) not in shelves:
             continue
-        p = index.placements[key]
+        p = placements[key]
         if not p.schedulable:
-            continue
-        bucket: Sequence[End] = ends.get(key, ())
-        extra = started.get(key)
-        if extra:
-            bucket = sorted([*bucket, *extra])
-        if not bucket or bucket[0][0] > best_start:
             continue
         free = idle[key]
         start: float | None = None
@@ -294,7 +293,7 @@ def _plan(job: QueuedJob, cycle: _Cycle, ends: Ends, started: dict[Key, list[End
             free += entry[1]
             if start is None and free >= n:
                 start = end
-        if start is None or math.isinf(start):
+        if start is None or start == math.inf:
             continue
         # Ties in reserve order: the plan is backfill's reservation, in time (SPEC §1).
         k = (start, *reserve_key(layout.tiers[p.tier].sort_order, idle[key], p.node, p.tier))
