@@ -72,7 +72,16 @@ class _Layout:
     """What stays put while only idle counts change: the shelves (one per tier and
     capacity) with their placement counts, the shelf of each placement, the tier groups."""
 
-    __slots__ = ("capacity", "groups", "schedulable", "shelf_of", "shelves", "tiers", "total")
+    __slots__ = (
+        "_fit",
+        "capacity",
+        "groups",
+        "schedulable",
+        "shelf_of",
+        "shelves",
+        "tiers",
+        "total",
+    )
 
     def __init__(self, tiers: Mapping[str, Tier], placements: Iterable[Placement]) -> None:
         self.tiers = tiers
@@ -103,9 +112,19 @@ class _Layout:
             if t.auto_assign and t.name in self.shelves:
                 groups.setdefault(t.sort_order, []).append(t.name)
         self.groups = sorted(((o, sorted(ns)) for o, ns in groups.items()), reverse=True)
+        self._fit: dict[tuple[int, int], tuple[tuple[int, str, int], ...]] = {}
 
-    def fit_shelves(self, num_gpus: int, min_sort_order: int) -> Iterator[tuple[int, str, int]]:
-        """(sort_order, tier, shelf) of every shelf that fits a job class, strongest first."""
+    def fit_shelves(self, num_gpus: int, min_sort_order: int) -> tuple[tuple[int, str, int], ...]:
+        """(sort_order, tier, shelf) of every shelf that fits a job class, strongest first
+        (computed once per class: the layout outlives many cycles)."""
+        found = self._fit.get((num_gpus, min_sort_order))
+        if found is None:
+            found = self._fit[(num_gpus, min_sort_order)] = tuple(
+                self._fit_shelves(num_gpus, min_sort_order)
+            )
+        return found
+
+    def _fit_shelves(self, num_gpus: int, min_sort_order: int) -> Iterator[tuple[int, str, int]]:
         tiers = self.tiers
         for sort_order, names in self.groups:
             if sort_order < min_sort_order:
