@@ -11,8 +11,7 @@ jobs costs a few bisects per dispatch plus a dictionary lookup per waiting job.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import count, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual
 from jpushare.policy.fit import fits
@@ -48,9 +47,6 @@ def queue_order(lab_usage: dict[str, float]) -> Callable[[QueuedJob], tuple[floa
 
 
 _JOB_ID = attrgetter("job_id")
-_NUM_GPUS = attrgetter("num_gpus")
-_MIN_SORT_ORDER = attrgetter("min_sort_order")
-_FIRST = itemgetter(0)
 
 
 class RankedQueue(tuple[QueuedJob, ...]):
@@ -174,18 +170,14 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
     # them all) and only a dispatch changes idle GPUs, so a job whose (size, minimum tier)
     # class found nothing since the last dispatch finds nothing again: `known_misses`
     # holds those classes' views, and every dispatch empties it.
-    # Once every class of the queue is a known miss, nothing can change any more: the rest
-    # of the queue waits, each job with its class's view, filled in one pass.
-    classes = list(zip(map(_NUM_GPUS, queue), map(_MIN_SORT_ORDER, queue), strict=True))
-    class_count = len(set(classes))
     known_misses: dict[tuple[int, int], ClassView] = {}
-    for i, cls in enumerate(classes):
-        n = cls[0]
+    for i, job in enumerate(queue):
+        n = job.num_gpus
+        cls = (n, job.min_sort_order)
         missed = known_misses.get(cls)
         if missed is not None:
-            raw[order[i]] = (i, n, missed, None)
+            raw[job.job_id] = (i, n, missed, None)
             continue
-        job = queue[i]
         m = cls[1]
         res = kept.get(job.job_id) if i == 0 else None
         key = index.first_to_dispatch(placement_order, n, m)
@@ -237,13 +229,6 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
         # (d) wait; say why. (Only the top job reaches (b) or (c), before any class is known.)
         known_misses[cls] = v = view(n, m)
         raw[job.job_id] = (i, n, v, res)
-        if len(known_misses) == class_count:
-            rest = classes[i + 1 :]
-            views = map(known_misses.__getitem__, rest)
-            sizes = map(_FIRST, rest)
-            values = zip(count(i + 1), sizes, views, repeat(None), strict=False)
-            raw.update(zip(order[i + 1 :], values, strict=True))
-            break
 
     why = WhyTable(raw, len(queue), top_id)
     return Decisions(
