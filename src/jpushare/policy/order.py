@@ -149,12 +149,13 @@ class IdleIndex:
     (`IndexedPlacements`).
     """
 
-    __slots__ = ("entries", "generation", "idle", "layout", "placements")
+    __slots__ = ("entries", "generation", "idle", "layout", "placements", "version")
 
     def __init__(self, tiers: Mapping[str, Tier], placements: Iterable[Placement]) -> None:
         plist = list(placements)
         self.layout = _Layout(tiers, plist)
         self.generation = 0
+        self.version = 0  # counts `replace_placement` calls
         self.placements: dict[Key, Placement] = {}
         self.idle: dict[Key, int] = {}
         self.entries: list[list[tuple[int, str]]] = [[] for _ in self.layout.capacity]
@@ -183,6 +184,7 @@ class IdleIndex:
         other = IdleIndex.__new__(IdleIndex)
         other.layout = self.layout
         other.generation = 0
+        other.version = 0
         other.placements = self.placements.copy()
         other.idle = self.idle.copy()
         other.entries = [e.copy() for e in self.entries]
@@ -191,6 +193,7 @@ class IdleIndex:
     def replace_placement(self, p: Placement) -> None:
         """Take a new state of one placement (busy GPUs, up or down) into the index."""
         key = (p.node, p.tier)
+        self.version += 1
         old = self.placements.get(key)
         if old is None or old.capacity != p.capacity or old.schedulable != p.schedulable:
             placements = dict(self.placements)
@@ -295,21 +298,25 @@ class IdleIndex:
 
 
 class IndexedPlacements(tuple[Placement, ...]):
-    """A snapshot's placements with their `IdleIndex` already built for `tiers`.
+    """A snapshot's placements with the `IdleIndex` (for `tiers`) they were taken from, as
+    it was then (`version`).
 
     Equal to the plain tuple, and the policies decide the same on either (tests check it
     on every cycle of random replays); the simulator keeps one index up to date as
-    placements change, so that a cycle copies it instead of rebuilding it.
+    placements change, so that a cycle copies it instead of rebuilding it, as long as
+    nothing has changed since the snapshot was taken.
     """
 
-    idle_index: IdleIndex
+    source: IdleIndex
+    version: int
     tiers: tuple[Tier, ...]
 
     def __new__(
-        cls, placements: Iterable[Placement], index: IdleIndex, tiers: tuple[Tier, ...]
+        cls, placements: Iterable[Placement], source: IdleIndex, tiers: tuple[Tier, ...]
     ) -> IndexedPlacements:
         self = super().__new__(cls, placements)
-        self.idle_index = index
+        self.source = source
+        self.version = source.version
         self.tiers = tiers
         return self
 
@@ -319,9 +326,12 @@ class IndexedPlacements(tuple[Placement, ...]):
 
 
 def idle_index_of(tiers: tuple[Tier, ...], placements: Sequence[Placement]) -> IdleIndex:
-    """A fresh index of a snapshot's placements: a copy of the one they carry, if any."""
-    if isinstance(placements, IndexedPlacements) and (
-        placements.tiers is tiers or placements.tiers == tiers
+    """A fresh index of a snapshot's placements: a copy of the one they were taken from,
+    if it has not changed since."""
+    if (
+        isinstance(placements, IndexedPlacements)
+        and placements.source.version == placements.version
+        and (placements.tiers is tiers or placements.tiers == tiers)
     ):
-        return placements.idle_index.copy()
+        return placements.source.copy()
     return IdleIndex({t.name: t for t in tiers}, placements)

@@ -423,6 +423,7 @@ class _Engine:
         self.lab_queues = _LabQueues()  # the same jobs, kept in queue order per lab
         self.running: dict[str, RunningJob] = {}
         self.running_ends = RunningEnds()  # the same jobs' expected ends, for `backfill`
+        self._running_tuple: tuple[RunningJob, ...] | None = None
         self.reserving: dict[str, _Job] = {}
         self.heap: list[tuple[float, int, str, int]] = []
         for spec in jobs:
@@ -496,7 +497,7 @@ class _Engine:
             queue=self.lab_queues.ranked(lab_usage),
             lab_usage=lab_usage,
             now=t,
-            running=IndexedRunning(self.running.values(), self.running_ends),
+            running=self._running(),
         )
         decisions = self.policy(snapshot)
         self.cycles_run += 1
@@ -529,10 +530,15 @@ class _Engine:
     def _dequeue(self, job_id: str) -> None:
         self.lab_queues.remove(self.queue.pop(job_id))
 
+    def _running(self) -> tuple[RunningJob, ...]:
+        if self._running_tuple is None:
+            self._running_tuple = IndexedRunning(self.running.values(), self.running_ends)
+        return self._running_tuple
+
     def _placements(self) -> tuple[Placement, ...]:
         if self._placement_tuple is None:
             self._placement_tuple = IndexedPlacements(
-                self.placements.values(), self.idle_index.copy(), self.tiers
+                self.placements.values(), self.idle_index, self.tiers
             )
         return self._placement_tuple
 
@@ -675,6 +681,7 @@ class _Engine:
         run = RunningJob(a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s)
         self.running[a.job_id] = run
         self.running_ends.started(run)
+        self._running_tuple = None
         heapq.heappush(self.heap, (t + job.spec.duration, _END, a.job_id, job.epoch))
 
     def _start_reservation(self, a: StartReservation, t: float) -> None:
@@ -735,6 +742,7 @@ class _Engine:
         self._set_placement(Placement(p.node, p.tier, p.capacity, p.busy - n, p.schedulable))
         self.running_gpus -= n
         self.running_ends.ended(self.running.pop(job.spec.job_id))
+        self._running_tuple = None
         cost = run_cost(n, job.run_start, t, self.tier_by_name[tier_name].tflops)
         job.run_cost += cost
         job.unbilled += cost
