@@ -11,6 +11,7 @@ jobs costs a few bisects per dispatch plus a dictionary lookup per waiting job.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
 from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual
@@ -47,6 +48,7 @@ def queue_order(lab_usage: dict[str, float]) -> Callable[[QueuedJob], tuple[floa
 
 
 _JOB_ID = attrgetter("job_id")
+_RESERVATION = attrgetter("reservation")
 
 
 class RankedQueue(tuple[QueuedJob, ...]):
@@ -110,10 +112,9 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
     kept: dict[str, Reservation] = {}
 
     # 2. Accrue every reservation up to now (into the job: lazy, SPEC §4), then R5 and R3.
-    for job in queue:
+    for job in compress(queue, map(_RESERVATION, queue)):  # the jobs holding one, in order
         res = job.reservation
-        if res is None:
-            continue
+        assert res is not None
         tier = tiers.get(res.tier)
         if now > res.last_accrued_at:
             cost = reservation_accrual(

@@ -482,12 +482,12 @@ class _Engine:
         self.cycles_total = k + 1
 
     def _next_event_time(self) -> float | None:
-        times = []
-        if self.heap:
-            times.append(self.heap[0][0])
+        nxt = self.heap[0][0] if self.heap else None
         if self.next_submission < len(self.submissions):
-            times.append(self.submissions[self.next_submission].submit_time)
-        return min(times) if times else None
+            submit = self.submissions[self.next_submission].submit_time
+            if nxt is None or submit < nxt:
+                nxt = submit
+        return nxt
 
     def _cycle(self, t: float) -> bool:
         lab_usage = dict(self.lab_usage)
