@@ -13,6 +13,8 @@ SQLite and the local executor. Variables:
 - JPUSHARE_CLUSTER: a cluster file (simulator format) declaring GPUs for the local executor
 - JPUSHARE_MAX_BODY_BYTES: request bodies over it get 413 before they are read; default
   1048576 (1 MiB)
+- JPUSHARE_PLACEMENT: where a job starts inside a tier (SPEC §1): `pack` (best fit, the
+  default) or `spread` (most idle GPUs first); the dispatcher and the API's answers use it
 
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
@@ -39,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder, parse_placement_order
+
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a request body over it gets 413 (api.body_limit)
 
 
@@ -61,6 +65,7 @@ class Settings:
     slurm_sbatch_args: tuple[str, ...] = ()
     slurm_prefix: str = "jps"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    placement_order: PlacementOrder = PlacementOrder.PACK
 
     @property
     def slurm_logs(self) -> Path:
@@ -132,6 +137,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"JPUSHARE_SLURM_PREFIX must be a letter then up to 31 letters, digits or _, "
             f"not {prefix!r}"
         )
+    raw_placement = e.get("JPUSHARE_PLACEMENT", "").strip() or PlacementOrder.PACK.value
+    try:
+        placement = parse_placement_order(raw_placement)
+    except ValueError:
+        raise ConfigError(
+            f"JPUSHARE_PLACEMENT must be one of {', '.join(PLACEMENT_ORDERS)}, "
+            f"not {raw_placement!r}"
+        ) from None
     return Settings(
         database_url=url,
         state_dir=state_dir,
@@ -146,4 +159,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_sbatch_args=sbatch_args,
         slurm_prefix=prefix,
         max_body_bytes=max_body,
+        placement_order=placement,
     )

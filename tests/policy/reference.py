@@ -6,6 +6,7 @@ Conventions it shares with `decide` where the SPEC leaves them open: a swap list
 Dispatch before the ReleaseReservation; a filled reservation lists Absorb, Dispatch, then
 Release(filled); a dispatch under (a) onto the job's own reserved placement is "filled";
 R5 also covers a placement whose reserved GPUs were taken outside JPU-Share (free < held).
+The placement orders are SPEC §1's, spelled out here again on purpose (not imported).
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ Key = tuple[str, str]
 
 
 def reference_decide(
-    snap: Snapshot,
+    snap: Snapshot, placement: str = "pack", best_idle: dict[str, int] | None = None
 ) -> tuple[tuple[str, ...], tuple[Action, ...], tuple[AccrueReservation, ...]]:
-    """(queue order, actions, accruals) of one cycle, straight from SPEC §3 and §4."""
+    """(queue order, actions, accruals) of one cycle, straight from SPEC §3 and §4.
+
+    `placement`: "pack" (SPEC §1: best fit for dispatch) or "spread" (most idle first).
+    `best_idle`, if given, receives for each job that waits the most idle GPUs on one of
+    its fit placements once the cycle is done with it (SPEC §8's "why" figure).
+    """
+    assert placement in ("pack", "spread")
     now = snap.now
     tiers = {t.name: t for t in snap.tiers}
     placements = {p.key: p for p in snap.placements if p.tier in tiers}
@@ -78,13 +85,20 @@ def reference_decide(
             if fits(job.num_gpus, job.min_sort_order, tiers[p.tier], p.capacity)
         ]
 
-    def policy_order(p: Placement) -> tuple[int, int, str, str]:
+    def dispatch_order(p: Placement) -> tuple[int, int, str, str]:
+        # SPEC §1: tier sort_order DESC, then (pack) the fewest idle GPUs that still hold
+        # the job or (spread) the most idle, then node name.
+        fewest_or_most = idle[p.key] if placement == "pack" else -idle[p.key]
+        return (-tiers[p.tier].sort_order, fewest_or_most, p.node, p.tier)
+
+    def reserve_order(p: Placement) -> tuple[int, int, str, str]:
+        # SPEC §1: tier sort_order DESC, idle DESC, node name.
         return (-tiers[p.tier].sort_order, -idle[p.key], p.node, p.tier)
 
     for i, job in enumerate(queue):
         n = job.num_gpus
         res = held.get(job.job_id)
-        available = sorted((p for p in fit(job) if idle[p.key] >= n), key=policy_order)
+        available = sorted((p for p in fit(job) if idle[p.key] >= n), key=dispatch_order)
         if available:  # (a)
             p = available[0]
             actions.append(Dispatch(job.job_id, p.node, p.tier, n))
@@ -111,12 +125,14 @@ def reference_decide(
                 idle[key] += total - n
             continue
         if i == 0 and n >= 2:  # (c)
-            reservable = sorted((p for p in fit(job) if idle[p.key] > 0), key=policy_order)
+            reservable = sorted((p for p in fit(job) if idle[p.key] > 0), key=reserve_order)
             if reservable:
                 p = reservable[0]
                 actions.append(StartReservation(job.job_id, p.node, p.tier, idle[p.key]))
                 idle[p.key] = 0
         # (d) wait
+        if best_idle is not None:
+            best_idle[job.job_id] = max((idle[p.key] for p in fit(job)), default=0)
     return tuple(j.job_id for j in queue), tuple(actions), tuple(accruals)
 
 

@@ -17,6 +17,7 @@ from jpushare.policy import (
     WhyCode,
     decide,
 )
+from jpushare.policy.order import PlacementOrder
 
 RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
 RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)
@@ -159,17 +160,34 @@ def test_a_single_gpu_top_job_waits_without_reserving() -> None:
     assert d.why["jobA"].sentence.startswith("It is the top job; it needs 1 GPU")
 
 
-def test_dispatch_prefers_the_stronger_tier_then_more_idle_gpus_then_the_node_name() -> None:
-    placements = (
-        Placement("node-a", "rtx4090", 4, busy=2),
-        Placement("node-b", "rtx4090", 4, busy=1),
-        Placement("node-c", "rtx4090", 4, busy=1),
-        Placement("node-d", "rtx3080ti", 8),
-        Placement("node-e", "rtx5090", 2, busy=1),
-    )
+# Idle GPUs: node-a 2, node-b 3, node-c 3 (4090s); node-d 8 (3080 Ti); node-e 1 (5090).
+ORDER_PLACEMENTS = (
+    Placement("node-a", "rtx4090", 4, busy=2),
+    Placement("node-b", "rtx4090", 4, busy=1),
+    Placement("node-c", "rtx4090", 4, busy=1),
+    Placement("node-d", "rtx3080ti", 8),
+    Placement("node-e", "rtx5090", 2, busy=1),
+)
+
+
+def test_dispatch_prefers_the_stronger_tier_then_the_fewest_idle_gpus_that_hold_the_job() -> None:
     jobs = [QueuedJob(f"j{i}", "BCG", 2, 10, float(i)) for i in range(5)]
 
-    d = one_cycle(placements, *jobs)
+    d = one_cycle(ORDER_PLACEMENTS, *jobs)
+
+    assert d.actions == (
+        Dispatch("j0", "node-a", "rtx4090", 2),  # 5090 has 1 idle; a has 2, b and c 3
+        Dispatch("j1", "node-b", "rtx4090", 2),  # a has 0; b and c tie on 3 -> b
+        Dispatch("j2", "node-c", "rtx4090", 2),  # b has 1, c 3
+        Dispatch("j3", "node-d", "rtx3080ti", 2),  # no 4090 has 2 idle any more
+        Dispatch("j4", "node-d", "rtx3080ti", 2),
+    )
+
+
+def test_spread_dispatch_prefers_the_stronger_tier_then_more_idle_gpus_then_the_node_name() -> None:
+    jobs = [QueuedJob(f"j{i}", "BCG", 2, 10, float(i)) for i in range(5)]
+
+    d = decide(Snapshot(TIERS, ORDER_PLACEMENTS, tuple(jobs), {}, 5.0), PlacementOrder.SPREAD)
 
     assert d.actions == (
         Dispatch("j0", "node-b", "rtx4090", 2),  # 5090 has 1 idle; b and c tie on 3 -> b

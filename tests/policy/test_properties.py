@@ -31,6 +31,7 @@ from jpushare.policy import (
     queue_order,
 )
 from jpushare.policy.fit import fits
+from jpushare.policy.order import PlacementOrder
 from jpushare.sim import ClusterSpec, JobState, NodeEvent, TraceJob, simulate
 from tests.policy.invariants import check_cycle
 from tests.policy.reference import reference_decide
@@ -45,6 +46,8 @@ CYCLE_SETTINGS = settings(
 
 NOW = 100.0
 LABS = ("BCG", "KDG", "LDB")
+# Every property holds for both dispatch orders (SPEC §1: pack, the default, and spread).
+BOTH_PLACEMENTS = pytest.mark.parametrize("placement", list(PlacementOrder))
 
 
 @st.composite
@@ -133,30 +136,40 @@ def _reserve_validly(
     jobs[i] = replace(job, reservation=res)
 
 
+@BOTH_PLACEMENTS
 @CYCLE_SETTINGS
 @given(snapshots())
-def test_every_cycle_keeps_the_invariants_of_spec_section_3(snap: Snapshot) -> None:
+def test_every_cycle_keeps_the_invariants_of_spec_section_3(
+    placement: PlacementOrder, snap: Snapshot
+) -> None:
     # Per placement: busy + dispatched + reserved <= capacity; at most one reservation,
     # the top job's, num_gpus >= 2; each dispatch on one fit placement; nobody below the
     # top job takes its reserved GPUs; every waiting job has a why.
-    check_cycle(snap, decide(snap))
+    check_cycle(snap, decide(snap, placement))
 
 
+@BOTH_PLACEMENTS
 @CYCLE_SETTINGS
 @given(snapshots())
-def test_decide_matches_the_spec_pseudocode_transcribed_literally(snap: Snapshot) -> None:
-    d = decide(snap)
-    order, actions, accruals = reference_decide(snap)
+def test_decide_matches_the_spec_pseudocode_transcribed_literally(
+    placement: PlacementOrder, snap: Snapshot
+) -> None:
+    d = decide(snap, placement)
+    best_idle: dict[str, int] = {}
+    order, actions, accruals = reference_decide(snap, placement.value, best_idle)
     assert d.order == order
     assert d.actions == actions
     assert d.accruals == accruals
     assert d.now == snap.now
+    # "why": the most idle GPUs on a fit placement when the cycle was done with the job.
+    assert {j: d.why[j].best_idle for j in best_idle} == best_idle
 
 
+@BOTH_PLACEMENTS
 @CYCLE_SETTINGS
 @given(snapshots(), st.randoms(use_true_random=False))
 def test_the_same_snapshot_in_any_list_order_gives_the_same_decisions(
-    snap: Snapshot, rnd: random.Random
+    placement: PlacementOrder, snap: Snapshot, rnd: random.Random
 ) -> None:
     tiers_, placements, queue = list(snap.tiers), list(snap.placements), list(snap.queue)
     labs = list(snap.lab_usage.items())
@@ -164,7 +177,7 @@ def test_the_same_snapshot_in_any_list_order_gives_the_same_decisions(
         rnd.shuffle(seq)
     shuffled = Snapshot(tuple(tiers_), tuple(placements), tuple(queue), dict(labs), snap.now)
 
-    assert decide(shuffled) == decide(snap)
+    assert decide(shuffled, placement) == decide(snap, placement)
 
 
 # -- Over random event sequences, through the simulator ---------------------------------------
@@ -285,15 +298,18 @@ class _Ledger:
         return min(ends)
 
 
+@BOTH_PLACEMENTS
 @EVENT_SETTINGS
 @given(workloads())
 def test_every_cycle_of_a_replay_keeps_the_invariants_and_usage_is_conserved(
-    workload: tuple[ClusterSpec, tuple[TraceJob, ...]],
+    placement: PlacementOrder, workload: tuple[ClusterSpec, tuple[TraceJob, ...]]
 ) -> None:
     cluster, jobs = workload
     ledger = _Ledger(cluster, jobs)
 
-    result = simulate(cluster, jobs, "reservation", 5.0, observer=ledger.observe)
+    result = simulate(
+        cluster, jobs, "reservation", 5.0, placement=placement, observer=ledger.observe
+    )
 
     assert ledger.cycles == result.cycles_run
     assert ledger.holding == {}, "a reservation outlived the replay"

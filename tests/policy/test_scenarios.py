@@ -33,6 +33,7 @@ from jpushare.policy import (
 from jpushare.policy.accounting import charge, job_bill, reservation_accrual, run_cost
 from jpushare.policy.fit import Alternative, FitReport
 from jpushare.policy.oom import Escalation
+from jpushare.policy.order import PlacementOrder
 from tests.policy.chain import advance, apply, job
 
 RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
@@ -729,3 +730,111 @@ def test_s15_a_burst_of_jobs_from_one_lab_rotates_with_another_lab_as_usage_is_c
     d = decide(snap)
     assert d.order == ("K2", "A3", "A4", "A5")
     assert d.actions == (Dispatch("K2", "node-p", "rtx4090", 2),)
+
+
+# Placement order (SPEC §1, decision 6): pack (best fit, the default) and spread ----------
+#
+# Dispatch (a) takes, in the strongest fit tier, the placement with the FEWEST idle GPUs
+# that still hold the job under pack, the MOST under spread; reserving (c) takes the most
+# idle under both. The numbers in each comment are worked out from the placements by hand.
+
+PACK = PlacementOrder.PACK
+SPREAD = PlacementOrder.SPREAD
+
+
+def test_pack_fills_a_partly_used_node_so_a_whole_node_stays_whole_for_the_8_gpu_job() -> None:
+    # node-a: 8 x 4090, 5 busy -> 3 idle; node-b: 8 x 4090, all 8 idle.
+    # jobA (1 GPU, BCG, least usage) is the top job; jobB (8 GPUs, KDG) is ranked 2.
+    placements = (
+        Placement("node-a", "rtx4090", capacity=8, busy=5),
+        Placement("node-b", "rtx4090", capacity=8),
+    )
+    snap = snapshot(
+        placements,
+        (queued("jobA", "BCG", 1), queued("jobB", "KDG", 8)),
+        {"BCG": 0.0, "KDG": 1_000.0},
+    )
+
+    # pack: jobA -> node-a (3 idle is the fewest that hold 1); node-b keeps 8 -> jobB starts.
+    packed = decide(snap, PACK)
+    assert packed.actions == (
+        Dispatch("jobA", "node-a", "rtx4090", 1),
+        Dispatch("jobB", "node-b", "rtx4090", 8),
+    )
+    assert dict(packed.why) == {}
+
+    # spread: jobA -> node-b (8 idle is the most); then node-a has 3, node-b 7: no placement
+    # holds 8, and jobB is not the top job, so it may not reserve (R2): it waits.
+    spread = decide(snap, SPREAD)
+    assert spread.actions == (Dispatch("jobA", "node-b", "rtx4090", 1),)
+    assert spread.why["jobB"].code is WhyCode.WAITING_FOR_PRIORITY
+    assert spread.why["jobB"].best_idle == 7  # node-b: 8 - 1
+
+
+def test_both_orders_reserve_the_most_idle_placement_and_place_the_next_job_apart() -> None:
+    # Three 4 x 4090 nodes: node-a 1 busy (3 idle), node-b 2 busy (2 idle), node-c 3 busy
+    # (1 idle). jobA needs 4: nothing holds it, so as the top job it reserves (c) the most
+    # idle placement, node-a's 3, whatever the dispatch order. jobB needs 1: pack takes
+    # node-c (1 idle, the fewest that hold it), spread takes node-b (2 idle, the most now
+    # that node-a's 3 are reserved).
+    placements = (
+        Placement("node-a", "rtx4090", capacity=4, busy=1),
+        Placement("node-b", "rtx4090", capacity=4, busy=2),
+        Placement("node-c", "rtx4090", capacity=4, busy=3),
+    )
+    snap = snapshot(
+        placements,
+        (queued("jobA", "BCG", 4), queued("jobB", "KDG", 1)),
+        {"BCG": 0.0, "KDG": 1_000.0},
+    )
+
+    assert decide(snap, PACK).actions == (
+        StartReservation("jobA", "node-a", "rtx4090", 3),
+        Dispatch("jobB", "node-c", "rtx4090", 1),
+    )
+    assert decide(snap, SPREAD).actions == (
+        StartReservation("jobA", "node-a", "rtx4090", 3),
+        Dispatch("jobB", "node-b", "rtx4090", 1),
+    )
+
+
+def test_a_tighter_fit_on_a_weaker_tier_never_beats_a_stronger_tier() -> None:
+    # node-x: 8 x 5090, all idle; node-y: 8 x 4090 with exactly 2 idle (a perfect fit).
+    # The tier comes first in both orders: jobA (2 GPUs, any tier) goes to the 5090s.
+    tiers = (RTX3080TI, RTX4090, RTX5090)
+    placements = (
+        Placement("node-x", "rtx5090", capacity=8),
+        Placement("node-y", "rtx4090", capacity=8, busy=6),
+    )
+    snap = snapshot(placements, (queued("jobA", "BCG", 2),), {}, tiers=tiers)
+    for order in (PACK, SPREAD):
+        assert decide(snap, order).actions == (Dispatch("jobA", "node-x", "rtx5090", 2),)
+
+
+def test_pack_breaks_ties_on_the_node_name_and_keeps_filling_the_tightest_node() -> None:
+    # Four 1-GPU jobs on three 4 x 4090 nodes with 2, 3 and 2 idle (node-a, node-b, node-c).
+    # pack: j1 -> node-a (2 idle; a and c tie, a < c), j2 -> node-a (1 left: now the
+    # tightest), j3 -> node-c (2), j4 -> node-c (1).
+    # spread: j1 -> node-b (3), j2 -> node-a (2; a, b, c all 2, a first), j3 -> node-b
+    # (b and c have 2, b < c), j4 -> node-c (2).
+    placements = (
+        Placement("node-a", "rtx4090", capacity=4, busy=2),
+        Placement("node-b", "rtx4090", capacity=4, busy=1),
+        Placement("node-c", "rtx4090", capacity=4, busy=2),
+    )
+    jobs = tuple(queued(f"j{i}", "BCG", 1, entered=float(i)) for i in range(1, 5))
+    snap = snapshot(placements, jobs, {})
+
+    assert decide(snap, PACK).actions == (
+        Dispatch("j1", "node-a", "rtx4090", 1),
+        Dispatch("j2", "node-a", "rtx4090", 1),
+        Dispatch("j3", "node-c", "rtx4090", 1),
+        Dispatch("j4", "node-c", "rtx4090", 1),
+    )
+    assert decide(snap, SPREAD).actions == (
+        Dispatch("j1", "node-b", "rtx4090", 1),
+        Dispatch("j2", "node-a", "rtx4090", 1),
+        Dispatch("j3", "node-b", "rtx4090", 1),
+        Dispatch("j4", "node-c", "rtx4090", 1),
+    )
+    assert decide(snap).actions == decide(snap, PACK).actions  # pack is the default

@@ -30,6 +30,7 @@ def test_one_policy_writes_jobs_summary_and_plots(
     ]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"] == "reservation"
+    assert summary["placement"] == "pack"  # SPEC §1's best fit is the default
     states = summary["states"]
     # The example exercises every outcome, an OOM retry, a node failure and reservations.
     assert all(states[s] >= 1 for s in ("COMPLETED", "FAILED", "CANCELLED", "REJECTED"))
@@ -37,11 +38,11 @@ def test_one_policy_writes_jobs_summary_and_plots(
     assert summary["reservations"]["started"] >= 3
     assert summary["watch"]["reservations"]["started"] == summary["reservations"]["started"]
     stdout = capsys.readouterr().out
-    assert "reservation" in stdout and "wait p95" in stdout
+    assert "reservation/pack" in stdout and "wait p95" in stdout
     assert "failed (r3+r5+cancel)" in stdout
 
 
-def test_all_policies_write_one_folder_each_and_a_comparison(
+def test_all_policies_write_one_folder_each_labelled_policy_slash_placement(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cmp"
@@ -50,14 +51,14 @@ def test_all_policies_write_one_folder_each_and_a_comparison(
     )
     assert code == 0
     for policy in ("reservation", "hol-skip", "fifo", "backfill"):
-        assert (out / policy / "jobs.csv").is_file()
+        assert (out / policy / "pack" / "jobs.csv").is_file()
     rows = (out / "comparison.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows] == [
         "policy",
-        "reservation",
-        "hol-skip",
-        "fifo",
-        "backfill",
+        "reservation/pack",
+        "hol-skip/pack",
+        "fifo/pack",
+        "backfill/pack",
     ]
     md = (out / "comparison.md").read_text()
     assert md.startswith("| policy |")
@@ -75,6 +76,37 @@ def test_a_repeated_policy_runs_once_and_outputs_are_byte_identical(tmp_path: Pa
     assert main([*args, "--policy", "fifo", "--policy", "fifo", "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--policy", "fifo", "--out", str(tmp_path / "b")]) == 0
     assert (tmp_path / "a" / "jobs.csv").read_bytes() == (tmp_path / "b" / "jobs.csv").read_bytes()
+
+
+def test_both_placements_run_every_policy_each_in_its_folder(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    args = ["simulate", "--cluster", CLUSTER, "--trace", TRACE, "--no-plots", "--out", str(out)]
+    placements = ["--placement", "pack", "--placement", "spread", "--placement", "pack"]
+    assert main([*args, "--policy", "reservation", "--policy", "fifo", *placements]) == 0
+    rows = (out / "comparison.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == [
+        "reservation/pack",
+        "reservation/spread",
+        "fifo/pack",
+        "fifo/spread",
+    ]
+    for label in ("reservation/pack", "reservation/spread", "fifo/pack", "fifo/spread"):
+        summary = json.loads((out / label / "summary.json").read_text())
+        assert f"{summary['policy']}/{summary['placement']}" == label
+    # One run under spread is the same replay as the spread run of a comparison.
+    single = tmp_path / "one"
+    assert main([*args[:-1], str(single), "--placement", "spread"]) == 0
+    assert (single / "jobs.csv").read_bytes() == (out / "reservation/spread/jobs.csv").read_bytes()
+
+
+def test_an_unknown_placement_exits_2_naming_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", "--cluster", CLUSTER, "--trace", TRACE, "--placement", "tight"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--placement" in err and "'tight'" in err and "'pack', 'spread'" in err
 
 
 def test_every_cycle_mode_gives_the_same_jobs_csv(tmp_path: Path) -> None:

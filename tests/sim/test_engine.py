@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from jpushare.policy.decide import decide
+from jpushare.policy.decide import RankedQueue, decide, queue_order
 from jpushare.policy.model import Decisions, QueuedJob, ReleaseReason, Snapshot
+from jpushare.policy.order import IndexedPlacements, PlacementOrder
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.cluster_file import NodeEvent
 from jpushare.sim.engine import Attempt, AttemptEnd, JobRecord, JobState, SimResult, simulate
@@ -161,14 +163,15 @@ def test_events_between_cycles_apply_at_the_next_cycle_but_keep_their_own_time()
 
 
 @pytest.mark.parametrize("cycle_s", [5.0, 0.7])  # 0.7: cycle times are inexact floats
+@pytest.mark.parametrize("placement", list(PlacementOrder))
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("seed", range(8))
 def test_skipping_idle_cycles_gives_exactly_the_result_of_running_every_cycle(
-    policy: str, seed: int, cycle_s: float
+    policy: str, seed: int, placement: PlacementOrder, cycle_s: float
 ) -> None:
     c, jobs = random_case(seed)
-    skipped = simulate(c, jobs, policy, cycle_s)
-    every = simulate(c, jobs, policy, cycle_s, every_cycle=True)
+    skipped = simulate(c, jobs, policy, cycle_s, placement=placement)
+    every = simulate(c, jobs, policy, cycle_s, placement=placement, every_cycle=True)
     assert jobs_csv(skipped) == jobs_csv(every)
     assert skipped.jobs == every.jobs
     assert skipped.lab_usage == every.lab_usage
@@ -288,3 +291,37 @@ def test_bad_api_input_is_refused() -> None:
         simulate(c, [], "lifo")
     with pytest.raises(ValueError, match="cycle_s must be > 0"):
         simulate(c, [], "fifo", 0)
+
+
+@pytest.mark.parametrize("placement", list(PlacementOrder))
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("seed", range(4))
+def test_the_engines_kept_index_and_ranked_queue_decide_as_plain_tuples_do(
+    policy: str, placement: PlacementOrder, seed: int
+) -> None:
+    # The engine hands each cycle its placements with an idle index it keeps up to date
+    # (IndexedPlacements), its queue already ranked (RankedQueue) and its running jobs with
+    # their expected ends per placement (IndexedRunning); the same snapshot with plain
+    # tuples, the queue reversed, must decide the same.
+    c, jobs = random_case(seed)
+    checked = 0
+
+    def observe(snapshot: Snapshot, decisions: Decisions) -> None:
+        nonlocal checked
+        assert isinstance(snapshot.placements, IndexedPlacements)
+        assert isinstance(snapshot.queue, RankedQueue)
+        plain = replace(
+            snapshot,
+            placements=tuple(snapshot.placements),
+            queue=tuple(reversed(snapshot.queue)),
+            running=tuple(snapshot.running),
+        )
+        assert type(plain.placements) is tuple and type(plain.queue) is tuple
+        assert list(snapshot.queue) == sorted(plain.queue, key=queue_order(plain.lab_usage))
+        assert snapshot.queue.job_ids == tuple(q.job_id for q in snapshot.queue)
+        again = POLICIES[policy](plain, placement)
+        assert again == decisions  # order, actions, accruals and every "why"
+        checked += 1
+
+    result = simulate(c, jobs, policy, placement=placement, observer=observe)
+    assert checked == result.cycles_run > 0

@@ -8,6 +8,7 @@ import pytest
 
 from jpushare.policy.decide import decide
 from jpushare.policy.model import Dispatch, Placement, QueuedJob, RunningJob, Snapshot, Tier
+from jpushare.policy.order import PlacementOrder
 from jpushare.policy.peers import POLICIES, backfill, fifo, hol_skip
 from jpushare.sim.engine import JobRecord, SimResult, simulate
 from tests.sim.builders import cluster, job
@@ -96,6 +97,38 @@ def test_peers_use_the_same_order_as_decide_and_never_reserve(policy: object) ->
         assert d.order == decide(s).order
         assert all(isinstance(a, Dispatch) for a in d.actions)
         assert sum(1 for _ in d.actions) == len({a.job_id for a in d.actions})
+
+
+@pytest.mark.parametrize("policy", [hol_skip, fifo, backfill])
+def test_peers_dispatch_in_the_placement_order_they_are_given(policy: object) -> None:
+    # n1: 8 GPUs, 5 busy (3 idle); n2: 8 idle. "one" (1 GPU) ranks before "eight" (8 GPUs).
+    # pack puts "one" on n1 (the fewest idle that hold it) and n2 stays whole for "eight";
+    # spread puts "one" on n2 (the most idle), and then no node has 8 idle.
+    s = snap(
+        [q("one", 1, 1.0), q("eight", 8, 2.0)],
+        [Placement("n1", "g", 8, busy=5), Placement("n2", "g", 8)],
+    )
+    assert policy(s, PlacementOrder.PACK).actions == (  # type: ignore[operator]
+        Dispatch("one", "n1", "g", 1),
+        Dispatch("eight", "n2", "g", 8),
+    )
+    assert policy(s, PlacementOrder.SPREAD).actions == (  # type: ignore[operator]
+        Dispatch("one", "n2", "g", 1),
+    )
+
+
+@pytest.mark.parametrize("order", list(PlacementOrder))
+def test_hol_skip_places_single_gpu_jobs_exactly_where_decide_does(order: PlacementOrder) -> None:
+    # With 1-GPU jobs only nobody reserves, so decide's walk is hol-skip's: same placements.
+    rng = random.Random(11)
+    for _ in range(50):
+        queue = [q(f"j{i}", 1, float(rng.randrange(5))) for i in range(rng.randrange(0, 20))]
+        placements = [
+            Placement(f"n{k}", "g", 8, busy=rng.randrange(9), schedulable=rng.random() < 0.9)
+            for k in range(4)
+        ]
+        s = snap(queue, placements)
+        assert hol_skip(s, order).actions == decide(s, order).actions
 
 
 def start_of(result: SimResult, job_id: str) -> float:

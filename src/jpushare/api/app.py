@@ -10,6 +10,7 @@
         munge: MungeSignIn | None | "auto" = "auto",
         max_body_bytes: int = 1 MiB,
         only_unix_user: str | None = None,
+        placement_order: PlacementOrder = PlacementOrder.PACK,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -24,6 +25,8 @@
 - `max_body_bytes`: request bodies over it get 413 before they are read (`api.body_limit`).
 - `only_unix_user`: a service that is not root runs jobs as its own account only
   (`service.account_rule`): new users of any other account get 422 ACCOUNT_NOT_SERVED.
+- `placement_order`: the dispatcher's dispatch order (`JPUSHARE_PLACEMENT`), so that "why"
+  and the queue answer with the placements the next cycle will choose.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -52,6 +55,7 @@ from jpushare.config import DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.munge import default_munge
+from jpushare.policy import PlacementOrder
 from jpushare.store.times import utc_now
 
 API_VERSION = "1"
@@ -91,6 +95,7 @@ def create_app(
     munge: MungeSignIn | Literal["auto"] | None = "auto",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     only_unix_user: str | None = None,
+    placement_order: PlacementOrder = PlacementOrder.PACK,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     if munge == "auto":
@@ -123,6 +128,7 @@ def create_app(
         db_slots=db_slots_for(sessions),
         munge=munge,
         only_unix_user=only_unix_user,
+        placement_order=placement_order,
     )
     install_error_handlers(app)
 

@@ -36,6 +36,7 @@ from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.munge_auth import MungeSignIn, body_of_munge_request, munge_user
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
+from jpushare.policy import PlacementOrder
 from jpushare.store.records import UserRecord
 from jpushare.store.schema import Role
 
@@ -56,6 +57,7 @@ class ApiContext:
     db_slots: DbSlots  # requests that may hold a session at once
     munge: MungeSignIn | None = None  # None: MUNGE credentials are refused (tokens only)
     only_unix_user: str | None = None  # a service that is not root serves this account only
+    placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""

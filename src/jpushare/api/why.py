@@ -37,6 +37,7 @@ from jpushare.policy import (
     Decisions,
     Dispatch,
     Placement,
+    PlacementOrder,
     QueuedJob,
     ReleaseReason,
     ReleaseReservation,
@@ -76,11 +77,14 @@ class QueueView:
     held: Mapping[PlacementKey, tuple[QueuedJob, ...]]  # recorded reservations per placement
     r3_releases: Mapping[PlacementKey, tuple[ReleaseReservation, ...]]  # next cycle's R3
     tiers: Mapping[str, Tier]
+    placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
     _tables: dict[tuple[int, int], FitTable] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, snapshot: Snapshot) -> QueueView:
-        decisions = decide(snapshot)
+    def of(
+        cls, snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+    ) -> QueueView:
+        decisions = decide(snapshot, placement_order)
         held: dict[PlacementKey, list[QueuedJob]] = defaultdict(list)
         for job in sorted(snapshot.queue, key=lambda q: int(q.job_id)):
             if job.reservation is not None:
@@ -100,6 +104,7 @@ class QueueView:
             held={key: tuple(jobs) for key, jobs in held.items()},
             r3_releases={key: tuple(rs) for key, rs in r3.items()},
             tiers={t.name: t for t in snapshot.tiers},
+            placement_order=placement_order,
         )
 
     @property
@@ -111,7 +116,15 @@ class QueueView:
         key = (num_gpus, min_sort_order)
         table = self._tables.get(key)
         if table is None:
-            fit = fit_placements(num_gpus, min_sort_order, self.tiers, self.snapshot.placements)
+            reserved = {key: sum(_gpus_held(j) for j in jobs) for key, jobs in self.held.items()}
+            fit = fit_placements(
+                num_gpus,
+                min_sort_order,
+                self.tiers,
+                self.snapshot.placements,
+                reserved=reserved,
+                order=self.placement_order,
+            )
             rows = tuple(self._row(p) for p in fit)
             table = FitTable(
                 rows,

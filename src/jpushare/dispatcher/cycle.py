@@ -66,6 +66,7 @@ from jpushare.llm_router import BackfillRouter, NoRouter
 from jpushare.policy import (
     AbsorbReservation,
     Decisions,
+    PlacementOrder,
     ReleaseReservation,
     StartReservation,
     decide,
@@ -123,6 +124,7 @@ class CycleDeps:
     clock: Callable[[], datetime] = store.utc_now
     gpu_type_to_tier: Mapping[str, str] = field(default_factory=dict)
     inventory_memo: InventoryMemo = field(default_factory=lambda: InventoryMemo())
+    placement_order: PlacementOrder = PlacementOrder.PACK  # SPEC §1 (JPUSHARE_PLACEMENT)
 
     def gpu_type_of(self, tier: str) -> str:
         """The executor's GPU type for a tier name (the mapping read backwards)."""
@@ -218,7 +220,7 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
     now = deps.clock()
     with deps.sessions.begin() as session:
         snapshot = store.load_snapshot(session, now, observed.busy)
-        decisions = decide(snapshot)
+        decisions = decide(snapshot, deps.placement_order)
         recorded = store.record_decisions(session, decisions, now)
     t2 = time.perf_counter()
     if recorded.dispatched:

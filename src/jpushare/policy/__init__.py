@@ -21,6 +21,7 @@ from jpushare.policy.model import (
     WhyCode,
 )
 from jpushare.policy.oom import escalate
+from jpushare.policy.order import PlacementOrder
 
 __all__ = [
     "AbsorbReservation",
@@ -29,6 +30,7 @@ __all__ = [
     "Decisions",
     "Dispatch",
     "Placement",
+    "PlacementOrder",
     "QueuedJob",
     "ReleaseReason",
     "ReleaseReservation",

@@ -3,37 +3,34 @@
 No I/O, no clock, no randomness. Same snapshot (in any list order), same decisions.
 
 Cost: one sort of the queue, then O(tiers) per queued job. Idle GPUs are indexed per tier
-and per job size in lazy max-heaps, and a job whose (size, minimum tier) class already
+in sorted lists (`order.IdleIndex`), and a job whose (size, minimum tier) class already
 failed since the last change of any idle count reuses that answer, so a cycle over 10^5
-jobs costs a few heap operations per dispatch plus a dictionary lookup per waiting job.
+jobs costs a few bisects per dispatch plus a dictionary lookup per waiting job.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
 from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual
-from jpushare.policy.fit import MAX_GPUS, fits
+from jpushare.policy.fit import fits
 from jpushare.policy.model import (
     AbsorbReservation,
     AccrueReservation,
     Action,
     Decisions,
     Dispatch,
-    Placement,
     QueuedJob,
     ReleaseReason,
     ReleaseReservation,
     Reservation,
     Snapshot,
     StartReservation,
-    Tier,
 )
+from jpushare.policy.order import PlacementOrder, idle_index_of
 from jpushare.policy.why import ClassView, WhyTable
-
-Key = tuple[str, str]  # (node, tier)
 
 
 def queue_order(lab_usage: dict[str, float]) -> Callable[[QueuedJob], tuple[float, float, str]]:
@@ -51,118 +48,63 @@ def queue_order(lab_usage: dict[str, float]) -> Callable[[QueuedJob], tuple[floa
 
 
 _JOB_ID = attrgetter("job_id")
+_RESERVATION = attrgetter("reservation")
+
+
+class RankedQueue(tuple[QueuedJob, ...]):
+    """A queue already in `queue_order(lab_usage)` for the very `lab_usage` dict it names.
+
+    Equal to the plain tuple, and the policies decide the same on either (tests check it
+    on every cycle of random replays); the simulator keeps its queue ranked as jobs come
+    and go and labs are billed, so that a cycle need not sort it.
+    """
+
+    lab_usage: dict[str, float]
+    job_ids: tuple[str, ...]  # the jobs' ids, in the same order
+
+    def __new__(
+        cls, jobs: Iterable[QueuedJob], lab_usage: dict[str, float], job_ids: Iterable[str]
+    ) -> RankedQueue:
+        self = super().__new__(cls, jobs)
+        self.lab_usage = lab_usage
+        self.job_ids = tuple(job_ids)
+        return self
+
+    def __reduce__(self) -> tuple[type[tuple[QueuedJob, ...]], tuple[tuple[QueuedJob, ...]]]:
+        # Pickled (or deep-copied) as the plain tuple it equals.
+        return (tuple, (tuple(self),))
 
 
 def sort_queue(queue: Sequence[QueuedJob], lab_usage: dict[str, float]) -> list[QueuedJob]:
-    """The queue in `queue_order`. Cheap when it comes nearly in order (timsort), as the
-    simulator passes it; at 10^5 jobs in random order the sort is a third of a cycle."""
+    """The queue in `queue_order`. At 10^5 jobs in random order the sort is a third of a
+    cycle."""
     return sorted(queue, key=queue_order(lab_usage))
 
 
-class _IdleIndex:
-    """Idle GPUs per placement, with "best placement holding >= k GPUs" queries per tier.
+def rank_queue(
+    queue: Sequence[QueuedJob], lab_usage: dict[str, float]
+) -> tuple[Sequence[QueuedJob], tuple[str, ...]]:
+    """The queue in `queue_order` and its job ids in that order; a `RankedQueue` for this
+    very `lab_usage` already is both."""
+    if isinstance(queue, RankedQueue) and queue.lab_usage is lab_usage:
+        return queue, queue.job_ids
+    ranked = sort_queue(queue, lab_usage)
+    return ranked, tuple(map(_JOB_ID, ranked))
 
-    For each tier and each k in 1..8 a max-heap (by idle, then node name) holds the
-    placements of capacity >= k. Entries go stale when idle changes; they are dropped when
-    they reach the top. `generation` counts changes so callers can cache negative answers.
+
+def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK) -> Decisions:
+    """One dispatch cycle (SPEC §3). The steps are numbered as in the spec's pseudocode.
+
+    `placement_order` is where (a) dispatches inside a tier (SPEC §1): best fit (`PACK`,
+    the spec's rule) or most idle first (`SPREAD`); (c) reserves most idle first either way.
     """
-
-    def __init__(self, tiers: dict[str, Tier], placements: list[Placement]) -> None:
-        self.tiers = tiers
-        self.placements = {p.key: p for p in placements}
-        self.idle: dict[Key, int] = {p.key: p.free for p in placements}
-        self.generation = 0
-        # tier -> k -> heap of (-idle, node)
-        self.heaps: dict[str, list[list[tuple[int, str]]]] = {
-            name: [[] for _ in range(MAX_GPUS + 1)] for name in tiers
-        }
-        for p in placements:
-            if p.tier in self.heaps and self.idle[p.key] > 0:
-                for k in range(1, min(p.capacity, MAX_GPUS) + 1):
-                    self.heaps[p.tier][k].append((-self.idle[p.key], p.node))
-        for per_k in self.heaps.values():
-            for h in per_k:
-                heapq.heapify(h)
-        # sort_order groups, strongest first: [(sort_order, [tier names])]
-        groups: dict[int, list[str]] = {}
-        for t in tiers.values():
-            if t.auto_assign:
-                groups.setdefault(t.sort_order, []).append(t.name)
-        self.groups = sorted(((o, sorted(ns)) for o, ns in groups.items()), reverse=True)
-
-    def set(self, key: Key, value: int) -> None:
-        if self.idle[key] == value:
-            return
-        self.idle[key] = value
-        self.generation += 1
-        p = self.placements[key]
-        if value > 0 and p.tier in self.heaps:
-            per_k = self.heaps[p.tier]
-            for k in range(1, min(p.capacity, MAX_GPUS) + 1):
-                heapq.heappush(per_k[k], (-value, p.node))
-
-    def add(self, key: Key, delta: int) -> None:
-        self.set(key, self.idle[key] + delta)
-
-    def _top(self, tier: str, k: int) -> tuple[int, str] | None:
-        h = self.heaps[tier][k]
-        while h:
-            neg, node = h[0]
-            if self.idle[(node, tier)] == -neg:
-                return (-neg, node)
-            heapq.heappop(h)
-        return None
-
-    def best(self, num_gpus: int, min_sort_order: int) -> tuple[int, Key] | None:
-        """The first fit placement (policy order) with >= num_gpus idle GPUs, or None.
-
-        Within one sort_order group the placement with the most idle GPUs comes first, so
-        if that one is too small, so is every other placement of the group.
-        """
-        k = min(num_gpus, MAX_GPUS)
-        for order, names in self.groups:
-            if order < min_sort_order:
-                break
-            best: tuple[int, str, str] | None = None  # (-idle, node, tier)
-            for name in names:
-                if self.tiers[name].max_gpus < num_gpus:
-                    continue
-                top = self._top(name, k)
-                if top is not None:
-                    cand = (-top[0], top[1], name)
-                    if best is None or cand < best:
-                        best = cand
-            if best is not None and -best[0] >= num_gpus:
-                return (-best[0], (best[1], best[2]))
-        return None
-
-    def best_idle(self, num_gpus: int, min_sort_order: int) -> int:
-        """The most idle GPUs on any one fit placement."""
-        k = min(num_gpus, MAX_GPUS)
-        most = 0
-        for order, names in self.groups:
-            if order < min_sort_order:
-                break
-            for name in names:
-                if self.tiers[name].max_gpus < num_gpus:
-                    continue
-                top = self._top(name, k)
-                if top is not None and top[0] > most:
-                    most = top[0]
-        return most
-
-
-def decide(snapshot: Snapshot) -> Decisions:
-    """One dispatch cycle (SPEC §3). The steps are numbered as in the spec's pseudocode."""
     now = snapshot.now
     tiers = {t.name: t for t in snapshot.tiers}
-    placements = sorted(snapshot.placements, key=lambda p: p.key)
-    index = _IdleIndex(tiers, [p for p in placements if p.tier in tiers])
+    index = idle_index_of(snapshot.tiers, snapshot.placements)
     by_key = index.placements
 
     # 1. The queue in fair-share order.
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
-    order = tuple(map(_JOB_ID, queue))
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     top_id = order[0] if order else ""
 
     actions: list[Action] = []
@@ -170,10 +112,9 @@ def decide(snapshot: Snapshot) -> Decisions:
     kept: dict[str, Reservation] = {}
 
     # 2. Accrue every reservation up to now (into the job: lazy, SPEC §4), then R5 and R3.
-    for job in queue:
+    for job in compress(queue, map(_RESERVATION, queue)):  # the jobs holding one, in order
         res = job.reservation
-        if res is None:
-            continue
+        assert res is not None
         tier = tiers.get(res.tier)
         if now > res.last_accrued_at:
             cost = reservation_accrual(
@@ -205,20 +146,13 @@ def decide(snapshot: Snapshot) -> Decisions:
     # What every waiting job of one (size, minimum tier) class sees, cached per generation
     # of the idle index: most queued jobs reuse it, which keeps a cycle linear and cheap.
     fit_counts: dict[tuple[int, int], tuple[int, int]] = {}
-    views: dict[tuple[int, int], ClassView] = {}
     blocking: tuple[str, Reservation] | None = next(iter(kept.items()), None)
     raw: dict[str, tuple[int, int, ClassView, Reservation | None]] = {}
 
     def view(n: int, m: int) -> ClassView:
         c = fit_counts.get((n, m))
         if c is None:
-            fit = [
-                p
-                for p in placements
-                if (t := tiers.get(p.tier)) is not None and fits(n, m, t, p.capacity)
-            ]
-            c = (len(fit), sum(1 for p in fit if p.schedulable))
-            fit_counts[(n, m)] = c
+            c = fit_counts[(n, m)] = index.fit_counts(n, m)
         blocker: tuple[str, Reservation] | None = None
         if blocking is not None:
             bres = blocking[1]
@@ -231,26 +165,25 @@ def decide(snapshot: Snapshot) -> Decisions:
                 and index.idle[bkey] + bres.gpus >= n
             ):
                 blocker = blocking
-        v = ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
-        views[(n, m)] = v
-        return v
+        return ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
 
-    # 4. Walk the whole queue.
+    # 4. Walk the whole queue. Below the top job no job holds a reservation (R3 released
+    # them all) and only a dispatch changes idle GPUs, so a job whose (size, minimum tier)
+    # class found nothing since the last dispatch finds nothing again: `known_misses`
+    # holds those classes' views, and every dispatch empties it.
+    known_misses: dict[tuple[int, int], ClassView] = {}
     for i, job in enumerate(queue):
-        n, m = job.num_gpus, job.min_sort_order
-        cls = (n, m)
-        cached = views.get(cls)
-        fresh = cached is not None and cached.generation == index.generation
-        res = kept.get(job.job_id)
-        if fresh and res is None and i > 0:
-            # A known miss: nothing changed since a job of this class found no GPUs.
-            assert cached is not None
-            raw[job.job_id] = (i, n, cached, None)
+        n = job.num_gpus
+        cls = (n, job.min_sort_order)
+        missed = known_misses.get(cls)
+        if missed is not None:
+            raw[job.job_id] = (i, n, missed, None)
             continue
-        found = None if fresh else index.best(n, m)
-        if found is not None:
-            # (a) some fit placement has enough idle GPUs: dispatch there.
-            _, key = found
+        m = cls[1]
+        res = kept.get(job.job_id) if i == 0 else None
+        key = index.first_to_dispatch(placement_order, n, m)
+        if key is not None:
+            # (a) some fit placement has enough idle GPUs: dispatch on the first (SPEC §1).
             actions.append(Dispatch(job.job_id, key[0], key[1], n))
             index.add(key, -n)
             if res is not None:  # swap (STEP 8), or its own placement filled first
@@ -259,6 +192,7 @@ def decide(snapshot: Snapshot) -> Decisions:
                 actions.append(ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, reason))
                 index.add(rkey, res.gpus)
                 blocking = None
+            known_misses.clear()
             continue
         if res is not None:
             # (b) grow the reservation with idle GPUs of its own placement.
@@ -281,40 +215,23 @@ def decide(snapshot: Snapshot) -> Decisions:
                 )
                 index.add(rkey, res.gpus - n)
                 blocking = None
+                known_misses.clear()
                 continue
         elif i == 0 and n >= 2:
-            # (c) the top multi-GPU job reserves every idle GPU of the first fit placement.
-            pick = _first_reservable(job, placements, tiers, index.idle)
+            # (c) the top multi-GPU job reserves every idle GPU of the first fit placement
+            # in reserve order (SPEC §1: most idle first, whatever the dispatch order).
+            pick = index.first_to_reserve(n, m)
             if pick is not None:
-                gpus = index.idle[pick.key]
-                actions.append(StartReservation(job.job_id, pick.node, pick.tier, gpus))
-                index.set(pick.key, 0)
-                res = Reservation(pick.node, pick.tier, gpus, now, now)
+                gpus = index.idle[pick]
+                actions.append(StartReservation(job.job_id, pick[0], pick[1], gpus))
+                index.set(pick, 0)
+                res = Reservation(pick[0], pick[1], gpus, now, now)
                 blocking = (job.job_id, res)
-        # (d) wait; say why.
-        raw[job.job_id] = (i, n, view(n, m), res)
+        # (d) wait; say why. (Only the top job reaches (b) or (c), before any class is known.)
+        known_misses[cls] = v = view(n, m)
+        raw[job.job_id] = (i, n, v, res)
 
     why = WhyTable(raw, len(queue), top_id)
     return Decisions(
         now=now, order=order, actions=tuple(actions), accruals=tuple(accruals), why=why
     )
-
-
-def _first_reservable(
-    job: QueuedJob, placements: list[Placement], tiers: dict[str, Tier], idle: dict[Key, int]
-) -> Placement | None:
-    """First fit placement with an idle GPU, in policy order (SPEC §3 (c))."""
-    best: Placement | None = None
-    best_key: tuple[int, int, str, str] | None = None
-    for p in placements:
-        t = tiers.get(p.tier)
-        if (
-            t is None
-            or idle[p.key] <= 0
-            or not fits(job.num_gpus, job.min_sort_order, t, p.capacity)
-        ):
-            continue
-        k = (-t.sort_order, -idle[p.key], p.node, p.tier)
-        if best_key is None or k < best_key:
-            best, best_key = p, k
-    return best

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from jpushare.policy.model import Placement, Tier
+from jpushare.policy.order import PlacementOrder, dispatch_key
 
 MIN_GPUS = 1
 MAX_GPUS = 8
@@ -29,14 +30,29 @@ def fit_placements(
     min_sort_order: int,
     tiers: Mapping[str, Tier],
     placements: Iterable[Placement],
+    *,
+    reserved: Mapping[tuple[str, str], int] | None = None,
+    order: PlacementOrder = PlacementOrder.PACK,
 ) -> list[Placement]:
-    """Every placement that fits, in the policy's order (tier DESC, then node name)."""
+    """Every placement that fits, in the dispatch order of SPEC §1 (`order.dispatch_key`)
+    on the idle GPUs left beside `reserved` (GPUs held by reservations per placement):
+    the placement the job would start on first."""
+    held = reserved or {}
     out = [
         p
         for p in placements
         if (t := tiers.get(p.tier)) is not None and fits(num_gpus, min_sort_order, t, p.capacity)
     ]
-    out.sort(key=lambda p: (-tiers[p.tier].sort_order, p.node, p.tier))
+    out.sort(
+        key=lambda p: dispatch_key(
+            order,
+            num_gpus,
+            tiers[p.tier].sort_order,
+            max(0, p.free - held.get(p.key, 0)),
+            p.node,
+            p.tier,
+        )
+    )
     return out
 
 

@@ -2,86 +2,89 @@
 
 Each is a pure function with decide's signature, `(Snapshot) -> Decisions`, and emits only
 `Dispatch` actions (no reservations, no "why"). They share decide's queue order
-(`queue_order`: lab usage, then queue entry, then job id) and its placement order (tier
-sort_order DESC, idle DESC, node name), so that a comparison isolates the one rule that
-differs. No I/O, no clock: `backfill` reads time only from `snapshot.now`.
+(`queue_order`: lab usage, then queue entry, then job id) and its placement order
+(`jpushare.policy.order`, with the same `placement_order` option), so that a comparison
+isolates the one rule that differs. No I/O, no clock: `backfill` reads time only from
+`snapshot.now`.
 
 Cost per cycle: one sort of the queue, a dictionary lookup per job that cannot start
 (idle GPUs only ever decrease within a cycle, so a (size, minimum tier) class that found no
-placement stays without one), and a scan of the class's fit placements per dispatch.
+placement stays without one), and a few bisects of the idle index per dispatch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from typing import Protocol
 
-from jpushare.policy.decide import decide, sort_queue
-from jpushare.policy.fit import fits
-from jpushare.policy.model import Action, Decisions, Dispatch, Placement, QueuedJob, Snapshot, Tier
+from jpushare.policy.decide import decide, rank_queue
+from jpushare.policy.model import (
+    Action,
+    Decisions,
+    Dispatch,
+    QueuedJob,
+    RunningJob,
+    Snapshot,
+    Tier,
+)
+from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
-_NODE_TIER = attrgetter("node", "tier")
 Class = tuple[int, int]  # (num_gpus, min_sort_order)
 Policy = Callable[[Snapshot], Decisions]
+"""One cycle of a policy with its options bound: what the simulator runs."""
+
+
+class NamedPolicy(Protocol):
+    """A policy of `POLICIES`: one cycle, with the dispatch order as an option."""
+
+    def __call__(
+        self, snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+    ) -> Decisions: ...
 
 
 class _Cycle:
-    """One cycle's idle GPUs per placement and the fit placements of each job class."""
+    """One cycle's idle GPUs per placement, in the placement order's index."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, placement_order: PlacementOrder) -> None:
         self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
-        self.placements = sorted(
-            (p for p in snapshot.placements if p.tier in self.tiers), key=_NODE_TIER
-        )
-        self.idle: dict[Key, int] = {
-            (p.node, p.tier): max(0, p.capacity - p.busy) if p.schedulable else 0
-            for p in self.placements
-        }
-        self._fit: dict[Class, list[Placement]] = {}
+        self.index = idle_index_of(snapshot.tiers, snapshot.placements)
+        self.idle = self.index.idle
+        self.order = placement_order
         self.actions: list[Action] = []
 
-    def fit(self, n: int, m: int) -> list[Placement]:
-        found = self._fit.get((n, m))
-        if found is None:
-            found = [p for p in self.placements if fits(n, m, self.tiers[p.tier], p.capacity)]
-            self._fit[(n, m)] = found
-        return found
+    def first(self, n: int, m: int, exclude: Key | None = None) -> Key | None:
+        """The first fit placement with >= n idle GPUs in dispatch order (SPEC §3 (a)),
+        `exclude` left out."""
+        if exclude is None:
+            return self.index.first_to_dispatch(self.order, n, m)
+        held = self.idle[exclude]
+        self.index.set(exclude, 0)
+        try:
+            return self.index.first_to_dispatch(self.order, n, m)
+        finally:
+            self.index.set(exclude, held)
 
-    def first(self, n: int, m: int, exclude: Key | None = None) -> Placement | None:
-        """The first fit placement with >= n idle GPUs in policy order (SPEC §3 (a))."""
-        best: Placement | None = None
-        best_key: tuple[int, int, str, str] | None = None
-        for p in self.fit(n, m):
-            idle = self.idle[p.key]
-            if idle < n or p.key == exclude:
-                continue
-            k = (-self.tiers[p.tier].sort_order, -idle, p.node, p.tier)
-            if best_key is None or k < best_key:
-                best, best_key = p, k
-        return best
-
-    def dispatch(self, job: QueuedJob, p: Placement) -> None:
-        self.idle[(p.node, p.tier)] -= job.num_gpus
-        self.actions.append(Dispatch(job.job_id, p.node, p.tier, job.num_gpus))
+    def dispatch(self, job: QueuedJob, key: Key) -> None:
+        self.index.add(key, -job.num_gpus)
+        self.actions.append(Dispatch(job.job_id, key[0], key[1], job.num_gpus))
 
 
-_JOB_ID = attrgetter("job_id")
-
-
-def _decisions(snapshot: Snapshot, queue: list[QueuedJob], cycle: _Cycle) -> Decisions:
-    order = tuple(map(_JOB_ID, queue))
+def _decisions(snapshot: Snapshot, order: tuple[str, ...], cycle: _Cycle) -> Decisions:
     return Decisions(now=snapshot.now, order=order, actions=tuple(cycle.actions))
 
 
-def hol_skip(snapshot: Snapshot) -> Decisions:
+def hol_skip(
+    snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+) -> Decisions:
     """The old behaviour (seed §1.1): walk the fair-share order, start whatever fits, skip
     what does not. Never reserves, so a multi-GPU job can wait behind a stream of small ones.
     """
-    cycle = _Cycle(snapshot)
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
+    cycle = _Cycle(snapshot, placement_order)
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     failed: set[Class] = set()
     for job in queue:
         cls = (job.num_gpus, job.min_sort_order)
@@ -92,22 +95,22 @@ def hol_skip(snapshot: Snapshot) -> Decisions:
             failed.add(cls)
             continue
         cycle.dispatch(job, p)
-    return _decisions(snapshot, queue, cycle)
+    return _decisions(snapshot, order, cycle)
 
 
-def fifo(snapshot: Snapshot) -> Decisions:
+def fifo(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK) -> Decisions:
     """Strict order: start jobs in fair-share order until the first one that cannot start.
 
     Never skips, never reserves: the head job blocks everyone behind it.
     """
-    cycle = _Cycle(snapshot)
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
+    cycle = _Cycle(snapshot, placement_order)
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     for job in queue:
         p = cycle.first(job.num_gpus, job.min_sort_order)
         if p is None:
             break
         cycle.dispatch(job, p)
-    return _decisions(snapshot, queue, cycle)
+    return _decisions(snapshot, order, cycle)
 
 
 @dataclass(slots=True)
@@ -119,16 +122,18 @@ class _Plan:
     extra: int  # GPUs of that placement free at `start` that it does not need
 
 
-def backfill(snapshot: Snapshot) -> Decisions:
+def backfill(
+    snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+) -> Decisions:
     """Fair-share priority with EASY backfill, as a Slurm site would run it.
 
     1. Jobs start in fair-share order while each finds a fit placement with enough idle
-       GPUs (placement order as in SPEC §3 (a)).
+       GPUs (on the first in `placement_order`, as in SPEC §3 (a)).
     2. The first job that cannot start (the pivot) gets a planned start: on each of its
        schedulable fit placements, running jobs end at `started_at + time_limit_s`
        (estimates, not the truth; no estimate = never); the placement whose idle GPUs plus
-       those released reach `num_gpus` earliest is its plan (ties in placement order).
-    3. Every later job may start (on its first fit placement in order where it may) only if
+       those released reach `num_gpus` earliest is its plan (ties in reserve order, §1).
+    3. Every later job may start (on its first fit placement where it may) only if
        it cannot delay that plan: it runs on another placement, or it ends by its own
        `time_limit_s` no later than the planned start, or it needs no more than the
        plan's spare GPUs (which it then consumes).
@@ -139,12 +144,12 @@ def backfill(snapshot: Snapshot) -> Decisions:
     fit placement down) blocks nobody; the next job that cannot start becomes the pivot.
     """
     now = snapshot.now
-    cycle = _Cycle(snapshot)
-    queue = sort_queue(snapshot.queue, snapshot.lab_usage)
-    # Expected ends per placement, built only once a plan is needed (most cycles in a busy
-    # replay need one, but the jobs that start before the pivot are few).
-    started: list[tuple[Key, float, int]] = []
-    ends: dict[Key, list[tuple[float, int]]] | None = None
+    cycle = _Cycle(snapshot, placement_order)
+    queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
+    # Expected ends per placement of the running jobs, read only once a plan is needed,
+    # and of the jobs this cycle starts before it.
+    ends: Ends | None = None
+    started: dict[Key, list[End]] = {}
 
     plan: _Plan | None = None
     failed: set[Class] = set()  # no placement at all has enough idle GPUs
@@ -156,16 +161,12 @@ def backfill(snapshot: Snapshot) -> Decisions:
             p = None if cls in failed else cycle.first(n, m)
             if p is not None:
                 cycle.dispatch(job, p)
-                end = _end(now, job.time_limit_s)
-                if ends is None:
-                    started.append(((p.node, p.tier), end, n))
-                else:
-                    ends.setdefault((p.node, p.tier), []).append((end, n))
+                started.setdefault(p, []).append((_end(now, job.time_limit_s), n, job.job_id))
                 continue
             failed.add(cls)
             if ends is None:
-                ends = _running_ends(snapshot, started)
-            plan = _plan(job, cycle, ends)
+                ends = running_ends(snapshot.running)
+            plan = _plan(job, cycle, ends, started)
             continue
         if cls in failed:
             continue
@@ -183,59 +184,125 @@ def backfill(snapshot: Snapshot) -> Decisions:
                 failed_elsewhere.add(cls)
                 continue
         cycle.dispatch(job, p)
-        if (p.node, p.tier) == plan.key and not ends_in_time:
+        if p == plan.key and not ends_in_time:
             plan.extra -= n  # it still runs at the planned start: it uses spare GPUs
-    return _decisions(snapshot, queue, cycle)
+    return _decisions(snapshot, order, cycle)
 
 
 def _end(started_at: float, time_limit_s: float | None) -> float:
     return math.inf if time_limit_s is None else started_at + time_limit_s
 
 
-def _running_ends(
-    snapshot: Snapshot, started: list[tuple[Key, float, int]]
-) -> dict[Key, list[tuple[float, int]]]:
-    """(expected end, GPUs) of every running job per placement, plus those started now."""
-    ends: dict[Key, list[tuple[float, int]]] = {}
-    inf = math.inf
-    for r in snapshot.running:
+End = tuple[float, int, str]  # (expected end, GPUs, job id) of a running job
+Ends = Mapping[Key, Sequence[End]]  # per placement, each sorted
+
+
+class RunningEnds:
+    """The expected ends of running jobs per placement, each list sorted, kept by a shell
+    as jobs start and end (the simulator), so that `backfill` need not rebuild them from
+    every running job at each cycle. `version` counts changes."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Key, list[End]] = {}
+        self.version = 0
+
+    def started(self, r: RunningJob) -> None:
+        insort(self.by_key.setdefault((r.node, r.tier), []), _running_end(r))
+        self.version += 1
+
+    def ended(self, r: RunningJob) -> None:
+        ends = self.by_key[(r.node, r.tier)]
+        del ends[bisect_left(ends, _running_end(r))]
+        self.version += 1
+
+
+class IndexedRunning(tuple[RunningJob, ...]):
+    """A snapshot's running jobs with the `RunningEnds` they were taken from, as they were
+    then (`version`). Equal to the plain tuple; `running_ends` reads the kept lists only
+    while nothing has changed since."""
+
+    source: RunningEnds
+    version: int
+
+    def __new__(cls, running: Iterable[RunningJob], source: RunningEnds) -> IndexedRunning:
+        self = super().__new__(cls, running)
+        self.source = source
+        self.version = source.version
+        return self
+
+    def __reduce__(self) -> tuple[type[tuple[RunningJob, ...]], tuple[tuple[RunningJob, ...]]]:
+        # Pickled (or deep-copied) as the plain tuple it equals.
+        return (tuple, (tuple(self),))
+
+
+def _running_end(r: RunningJob) -> End:
+    end = math.inf if r.time_limit_s is None else r.started_at + r.time_limit_s
+    return (end, r.num_gpus, r.job_id)
+
+
+def running_ends(running: Sequence[RunningJob]) -> Ends:
+    """(expected end, GPUs, job id) of every running job per placement, sorted. Read only."""
+    if isinstance(running, IndexedRunning) and running.source.version == running.version:
+        return running.source.by_key
+    by_key: dict[Key, list[End]] = {}
+    for r in running:
         key = (r.node, r.tier)
-        item = (inf if r.time_limit_s is None else r.started_at + r.time_limit_s, r.num_gpus)
-        bucket = ends.get(key)
+        bucket = by_key.get(key)
         if bucket is None:
-            ends[key] = [item]
+            by_key[key] = [_running_end(r)]
         else:
-            bucket.append(item)
-    for key, end, n in started:
-        ends.setdefault(key, []).append((end, n))
-    return ends
+            bucket.append(_running_end(r))
+    for bucket in by_key.values():
+        bucket.sort()
+    return by_key
 
 
-def _plan(job: QueuedJob, cycle: _Cycle, ends: dict[Key, list[tuple[float, int]]]) -> _Plan | None:
-    """The earliest planned start of a job that cannot start now (step 2 of `backfill`)."""
+def _plan(job: QueuedJob, cycle: _Cycle, ends: Ends, started: dict[Key, list[End]]) -> _Plan | None:
+    """The earliest planned start of a job that cannot start now (step 2 of `backfill`).
+
+    Only placements with running jobs can free GPUs, so only those are looked at; one
+    whose first expected end is later than the best start found cannot win.
+    """
     n = job.num_gpus
+    index = cycle.index
+    layout = index.layout
+    shelves = {shelf for _, _, shelf in layout.fit_shelves(n, job.min_sort_order)}
+    shelf_of = layout.shelf_of
+    idle = index.idle
+    placements = index.placements
     best: _Plan | None = None
     best_key: tuple[float, int, int, str, str] | None = None
-    for p in cycle.fit(n, job.min_sort_order):
+    best_start = math.inf
+    if started:  # this cycle's starts join the running jobs' ends
+        merged = dict(ends)
+        for key, extra in started.items():
+            merged[key] = sorted([*ends.get(key, ()), *extra])
+        ends = merged
+    for key, bucket in ends.items():
+        if not bucket or bucket[0][0] > best_start or shelf_of.get(key) not in shelves:
+            continue
+        p = placements[key]
         if not p.schedulable:
             continue
-        free = cycle.idle[p.key]
+        free = idle[key]
         start: float | None = None
-        for end, gpus in sorted(ends.get(p.key, ())):
+        for entry in bucket:
+            end = entry[0]
             if start is not None and end > start:
                 break
-            free += gpus
+            free += entry[1]
             if start is None and free >= n:
                 start = end
-        if start is None or math.isinf(start):
+        if start is None or start == math.inf:
             continue
-        k = (start, -cycle.tiers[p.tier].sort_order, -cycle.idle[p.key], p.node, p.tier)
+        # Ties in reserve order: the plan is backfill's reservation, in time (SPEC §1).
+        k = (start, *reserve_key(layout.tiers[p.tier].sort_order, idle[key], p.node, p.tier))
         if best_key is None or k < best_key:
-            best, best_key = _Plan(p.key, start, free - n), k
+            best, best_key, best_start = _Plan(key, start, free - n), k, start
     return best
 
 
-POLICIES: dict[str, Policy] = {
+POLICIES: dict[str, NamedPolicy] = {
     "reservation": decide,
     "hol-skip": hol_skip,
     "fifo": fifo,

@@ -57,6 +57,7 @@ def create_worker_app() -> FastAPI:
         observed_busy=load_observed_busy,
         max_body_bytes=settings.max_body_bytes,
         only_unix_user=served_account(settings.executor),
+        placement_order=settings.placement_order,
     )
 
 

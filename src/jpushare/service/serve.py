@@ -202,7 +202,13 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     thread: threading.Thread | None = None
     lock = lock_for(settings.database_url)
     if options.dispatcher:
-        deps = CycleDeps(sessions, executor, router, gpu_type_to_tier=gpu_type_to_tier(settings))
+        deps = CycleDeps(
+            sessions,
+            executor,
+            router,
+            gpu_type_to_tier=gpu_type_to_tier(settings),
+            placement_order=settings.placement_order,
+        )
         dispatcher = Dispatcher(deps, lock, cycle_s=settings.cycle_s, on_cycle=on_cycle)
         thread = threading.Thread(
             target=dispatcher.run_forever, args=(stop,), name="dispatcher", daemon=True
@@ -229,6 +235,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 metrics=metrics,
                 max_body_bytes=settings.max_body_bytes,
                 only_unix_user=only_account,
+                placement_order=settings.placement_order,
             )
             config = uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_level="info", access_log=False

@@ -1,11 +1,14 @@
 """`jpushare simulate`: replay a trace on a cluster under one or more policies (issue 2 §4).
 
     jpushare simulate --cluster CLUSTER.yaml --trace TRACE.csv
-                      [--policy reservation|hol-skip|fifo|backfill|all]... [--cycle 5] [--out DIR]
+                      [--policy reservation|hol-skip|fifo|backfill|all]...
+                      [--placement pack|spread]... [--cycle 5] [--out DIR]
 
-One policy writes jobs.csv, summary.json and PNG plots into DIR; several (repeat --policy,
-or `all`) write DIR/<policy>/ each, plus comparison.md, comparison.csv and
-wait_by_gpus.png in DIR. A summary table goes to stdout, a progress bar to stderr.
+Every policy runs under every placement order given (SPEC §1: `pack`, best fit, the
+default; `spread`, most idle first); each run is labelled "<policy>/<placement>". One run
+writes jobs.csv, summary.json and PNG plots into DIR; several write DIR/<policy>/<placement>/
+each, plus comparison.md, comparison.csv and wait_by_gpus.png in DIR. A summary table goes
+to stdout, a progress bar to stderr.
 Exit codes: 0 done, 1 the outputs could not be written, 2 bad arguments or input files.
 """
 
@@ -16,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.cluster_file import load_cluster
 from jpushare.sim.engine import SimResult, simulate
@@ -54,6 +58,13 @@ def register(subparsers: Any) -> None:
         help="policy to replay (default reservation); repeat it, or give 'all', to compare",
     )
     p.add_argument(
+        "--placement",
+        action="append",
+        choices=PLACEMENT_ORDERS,
+        help="dispatch order inside a tier: pack (best fit, default) or spread (most idle "
+        "first); repeat it to compare",
+    )
+    p.add_argument(
         "--cycle",
         type=_positive_seconds,
         default=5.0,
@@ -82,11 +93,24 @@ def _policies(chosen: list[str] | None) -> list[str]:
     return out
 
 
-def _replay(args: argparse.Namespace, policy: str, cluster: Any, jobs: Any) -> SimResult:
+def _placements(chosen: list[str] | None) -> list[PlacementOrder]:
+    if not chosen:
+        return [PlacementOrder.PACK]
+    return [PlacementOrder(name) for name in dict.fromkeys(chosen)]
+
+
+def _replay(
+    args: argparse.Namespace, policy: str, placement: PlacementOrder, cluster: Any, jobs: Any
+) -> SimResult:
     from tqdm import tqdm
 
     with tqdm(
-        total=len(jobs), desc=policy, unit="job", file=sys.stderr, disable=None, leave=False
+        total=len(jobs),
+        desc=f"{policy}/{placement}",
+        unit="job",
+        file=sys.stderr,
+        disable=None,
+        leave=False,
     ) as bar:
 
         def progress(done: int, total: int) -> None:
@@ -97,6 +121,7 @@ def _replay(args: argparse.Namespace, policy: str, cluster: Any, jobs: Any) -> S
             jobs,
             policy,
             args.cycle,
+            placement=placement,
             every_cycle=args.every_cycle,
             progress=progress,
         )
@@ -112,7 +137,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
     policies = _policies(args.policy)
-    results = [_replay(args, policy, cluster, jobs) for policy in policies]
+    placements = _placements(args.placement)
+    results = [
+        _replay(args, policy, placement, cluster, jobs)
+        for policy in policies
+        for placement in placements
+    ]
     summaries = [summary(r) for r in results]
 
     if args.out is not None:
@@ -137,7 +167,7 @@ def _write(args: argparse.Namespace, results: list[SimResult]) -> None:
     several = len(results) > 1
     summaries = []
     for r in results:
-        d = out / r.policy if several else out
+        d = out / r.policy / r.placement if several else out
         summaries.append(write_outputs(r, d))
         if not args.no_plots:
             from jpushare.sim.plots import write_plots

@@ -6,8 +6,8 @@ writing jobs.csv, summary.json and plots lives in `report` / `plots`.
 
 Public API
 ----------
-``simulate(cluster, jobs, policy="reservation", cycle_s=5.0, *, observer=None,
-every_cycle=False, progress=None) -> SimResult``
+``simulate(cluster, jobs, policy="reservation", cycle_s=5.0, *, placement="pack",
+observer=None, every_cycle=False, progress=None) -> SimResult``
 
 - `cluster`: a `ClusterSpec` (tiers, placements, starting lab usage, node events).
 - `jobs`: `TraceJob`s (any order; tier names must exist: see `trace_file.check_tiers`).
@@ -15,6 +15,9 @@ every_cycle=False, progress=None) -> SimResult``
   `decide` itself, called as is) or any `(Snapshot) -> Decisions` function (for cycle
   skipping to be exact it must have the property stated under "Time" below; if unsure,
   pass `every_cycle=True`). Actions the cluster cannot honour raise RuntimeError.
+- `placement`: the dispatch order inside a tier (`jpushare.policy.order.PlacementOrder`:
+  "pack", SPEC §1's best fit, or "spread"), given to a named policy; a policy function
+  passed as is must bind its own. `SimResult.label` is "<policy>/<placement>".
 - `observer(snapshot, decisions)`: called after every cycle that ran, once its decisions
   have been applied. The snapshot is exactly what the policy saw.
 - `every_cycle=True` runs the policy at every cycle instead of skipping idle ones (for
@@ -38,6 +41,13 @@ state that events and actions change (`backfill` also on `now`, but only so that
 jobs may start as time passes), so the skipped cycle would have done nothing. The cost
 follows the number of events, not the simulated time.
 
+Speed: each cycle calls the policy on a whole snapshot, so the engine hands it the two
+things it would otherwise rebuild from scratch every cycle, kept up to date as jobs and
+placements change: the placements with their idle index (`IndexedPlacements`) and the
+queue already in fair-share order (`RankedQueue`, from per-lab lists). Both are equal to
+plain tuples and the policies decide the same on either (tests/sim/test_engine.py checks it
+on every cycle); `bench/bench_sim.py` measures the result on the shipped traces.
+
 Accounting (SPEC §4) is lazy, with `jpushare.policy.accounting`: run cost per attempt and
 reservation cost per span of constant size are charged to the job, and the lab is billed
 when an attempt ends (completed, OOM, node down, cancelled) or a queued job is cancelled.
@@ -51,11 +61,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import chain
+from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual, run_cost
+from jpushare.policy.decide import RankedQueue
 from jpushare.policy.fit import FitReport, check_fit, default_min_sort_order, fits
 from jpushare.policy.model import (
     AbsorbReservation,
@@ -72,7 +86,13 @@ from jpushare.policy.model import (
     Tier,
 )
 from jpushare.policy.oom import escalate
-from jpushare.policy.peers import POLICIES, Policy
+from jpushare.policy.order import (
+    IdleIndex,
+    IndexedPlacements,
+    PlacementOrder,
+    parse_placement_order,
+)
+from jpushare.policy.peers import POLICIES, IndexedRunning, Policy, RunningEnds
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.trace_file import TraceJob, check_tiers
 
@@ -186,6 +206,12 @@ class SimResult:
     cycles_run: int
     cycles_total: int  # cycle times passed, run or skipped
     wall_s: float = field(compare=False, default=0.0)
+    placement: str = PlacementOrder.PACK.value  # the dispatch order (SPEC §1)
+
+    @property
+    def label(self) -> str:
+        """What reports call this run: "<policy>/<placement>", e.g. "reservation/pack"."""
+        return f"{self.policy}/{self.placement}"
 
 
 def simulate(
@@ -194,15 +220,21 @@ def simulate(
     policy: str | Policy = "reservation",
     cycle_s: float = 5.0,
     *,
+    placement: PlacementOrder | str = PlacementOrder.PACK,
     observer: Observer | None = None,
     every_cycle: bool = False,
     progress: Progress | None = None,
 ) -> SimResult:
     """Replay `jobs` on `cluster` under `policy` (see the module docstring)."""
+    order = parse_placement_order(str(placement))
+    fn: Policy
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-        name, fn = policy, POLICIES[policy]
+        name, named = policy, POLICIES[policy]
+
+        def fn(snapshot: Snapshot) -> Decisions:
+            return named(snapshot, order)
     else:
         name, fn = getattr(policy, "__name__", "custom"), policy
     if not (cycle_s > 0 and math.isfinite(cycle_s)):
@@ -213,11 +245,8 @@ def simulate(
     started = time.perf_counter()
     engine = _Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
     engine.run()
-    return engine.result(name, time.perf_counter() - started)
+    return engine.result(name, order.value, time.perf_counter() - started)
 
-
-# Reorder the queue dict after this many changes to its order (see _cycle).
-_REORDER_AFTER = 16
 
 # Event kinds, in the order they apply at equal times.
 _END, _CANCEL, _NODE = 0, 1, 2
@@ -285,6 +314,66 @@ class _Job:
         )
 
 
+_ENTRY = attrgetter("queue_entered_at", "job_id")
+_JOB_ID = attrgetter("job_id")
+
+
+class _LabQueues:
+    """The queued jobs of each lab in (queue_entered_at, job id) order.
+
+    The queue in `queue_order` (lab usage, entry time, job id) is then the labs' lists one
+    after the other in usage order, merged where usages tie: a cycle gets it as a
+    `RankedQueue` without sorting every job (the labs are few).
+    """
+
+    def __init__(self) -> None:
+        self.keys: dict[str, list[tuple[float, str]]] = {}
+        self.jobs: dict[str, list[QueuedJob]] = {}
+        self.ids: dict[str, list[str]] = {}
+
+    def put(self, q: QueuedJob) -> None:
+        keys = self.keys.get(q.lab)
+        if keys is None:
+            keys = self.keys[q.lab] = []
+            self.jobs[q.lab] = []
+            self.ids[q.lab] = []
+        k = (q.queue_entered_at, q.job_id)
+        i = bisect_left(keys, k)
+        if i < len(keys) and keys[i] == k:
+            self.jobs[q.lab][i] = q
+        else:
+            keys.insert(i, k)
+            self.jobs[q.lab].insert(i, q)
+            self.ids[q.lab].insert(i, q.job_id)
+
+    def remove(self, q: QueuedJob) -> None:
+        keys = self.keys[q.lab]
+        i = bisect_left(keys, (q.queue_entered_at, q.job_id))
+        del keys[i]
+        del self.jobs[q.lab][i]
+        del self.ids[q.lab][i]
+
+    def ranked(self, lab_usage: dict[str, float]) -> RankedQueue:
+        labs = sorted((lab_usage.get(lab, 0.0), lab) for lab, jobs in self.jobs.items() if jobs)
+        jobs: list[Iterable[QueuedJob]] = []
+        ids: list[Iterable[str]] = []
+        i = 0
+        while i < len(labs):
+            j = i + 1
+            while j < len(labs) and labs[j][0] == labs[i][0]:
+                j += 1
+            if j == i + 1:
+                jobs.append(self.jobs[labs[i][1]])
+                ids.append(self.ids[labs[i][1]])
+            else:  # labs with equal usage: their jobs interleave by entry time, then id
+                tied = chain.from_iterable(self.jobs[lab] for _, lab in labs[i:j])
+                merged = sorted(tied, key=_ENTRY)  # merges the sorted runs
+                jobs.append(merged)
+                ids.append(map(_JOB_ID, merged))
+            i = j
+        return RankedQueue(chain.from_iterable(jobs), lab_usage, chain.from_iterable(ids))
+
+
 class _Engine:
     def __init__(
         self,
@@ -307,6 +396,9 @@ class _Engine:
         self.progress = progress
 
         self.placements: dict[Key, Placement] = {p.key: p for p in cluster.placements}
+        # The policies' idle index, kept up to date as placements change: each cycle gets a
+        # copy with its placements (`IndexedPlacements`) instead of building one.
+        self.idle_index = IdleIndex(self.tier_by_name, cluster.placements)
         self._placement_tuple: tuple[Placement, ...] | None = None
         default_min = default_min_sort_order(cluster.tiers)
         self.order: list[str] = []
@@ -328,8 +420,10 @@ class _Engine:
         self.initial_lab_usage = dict(self.lab_usage)
 
         self.queue: dict[str, QueuedJob] = {}
-        self._queue_dirty = 0  # jobs joined or lab usages moved since the last reorder
+        self.lab_queues = _LabQueues()  # the same jobs, kept in queue order per lab
         self.running: dict[str, RunningJob] = {}
+        self.running_ends = RunningEnds()  # the same jobs' expected ends, for `backfill`
+        self._running_tuple: tuple[RunningJob, ...] | None = None
         self.reserving: dict[str, _Job] = {}
         self.heap: list[tuple[float, int, str, int]] = []
         for spec in jobs:
@@ -388,29 +482,31 @@ class _Engine:
         self.cycles_total = k + 1
 
     def _next_event_time(self) -> float | None:
-        times = []
-        if self.heap:
-            times.append(self.heap[0][0])
+        nxt = self.heap[0][0] if self.heap else None
         if self.next_submission < len(self.submissions):
-            times.append(self.submissions[self.next_submission].submit_time)
-        return min(times) if times else None
+            submit = self.submissions[self.next_submission].submit_time
+            if nxt is None or submit < nxt:
+                nxt = submit
+        return nxt
 
     def _cycle(self, t: float) -> bool:
+        lab_usage = dict(self.lab_usage)
         snapshot = Snapshot(
             tiers=self.tiers,
             placements=self._placements(),
-            queue=tuple(self.queue.values()),
-            lab_usage=dict(self.lab_usage),
+            queue=self.lab_queues.ranked(lab_usage),
+            lab_usage=lab_usage,
             now=t,
-            running=tuple(self.running.values()),
+            running=self._running(),
         )
         decisions = self.policy(snapshot)
         self.cycles_run += 1
         for acc in decisions.accruals:
             job = self.jobs[acc.job_id]
-            if job.reservation is not None:
-                job.reservation = replace(job.reservation, last_accrued_at=acc.accrued_to)
-                self.queue[acc.job_id] = job.queued()
+            r = job.reservation
+            if r is not None:
+                job.reservation = Reservation(r.node, r.tier, r.gpus, r.since, acc.accrued_to)
+                self._enqueue(job.queued())
         for action in decisions.actions:
             if isinstance(action, Dispatch):
                 self._dispatch(action, t)
@@ -422,23 +518,33 @@ class _Engine:
                 self._release(self.jobs[action.job_id], t, action.reason)
         if decisions.actions:
             self._mark(t)
-        if self._queue_dirty >= _REORDER_AFTER and decisions.order:
-            # Keep the queue near the policy's last rank order: the policies' sorts then
-            # meet a few sorted runs, which Python's sort merges in about linear time.
-            q = self.queue
-            self.queue = {i: q[i] for i in decisions.order if i in q}
-            self._queue_dirty = 0
         if self.observer is not None:
             self.observer(snapshot, decisions)
         return bool(decisions.actions)
 
+    def _enqueue(self, q: QueuedJob) -> None:
+        """A job joins the queue, or its queued view changes (reservation, minimum tier)."""
+        self.queue[q.job_id] = q
+        self.lab_queues.put(q)
+
+    def _dequeue(self, job_id: str) -> None:
+        self.lab_queues.remove(self.queue.pop(job_id))
+
+    def _running(self) -> tuple[RunningJob, ...]:
+        if self._running_tuple is None:
+            self._running_tuple = IndexedRunning(self.running.values(), self.running_ends)
+        return self._running_tuple
+
     def _placements(self) -> tuple[Placement, ...]:
         if self._placement_tuple is None:
-            self._placement_tuple = tuple(self.placements.values())
+            self._placement_tuple = IndexedPlacements(
+                self.placements.values(), self.idle_index, self.tiers
+            )
         return self._placement_tuple
 
     def _set_placement(self, p: Placement) -> None:
-        self.placements[p.key] = p
+        self.placements[(p.node, p.tier)] = p
+        self.idle_index.replace_placement(p)
         self._placement_tuple = None
 
     # -- events ---------------------------------------------------------------------------
@@ -478,8 +584,7 @@ class _Engine:
                 self.finished += 1
             else:
                 job.state = JobState.QUEUED
-                self.queue[spec.job_id] = job.queued()
-                self._queue_dirty += 1
+                self._enqueue(job.queued())
                 changed = True
         return changed
 
@@ -509,7 +614,7 @@ class _Engine:
         if job.state is JobState.QUEUED:
             if job.reservation is not None:
                 self._release(job, t, ReleaseReason.CANCEL)  # S11
-            del self.queue[job.spec.job_id]
+            self._dequeue(job.spec.job_id)
             self._bill(job, t)
             self._finish(job, JobState.CANCELLED)
             return True
@@ -564,16 +669,19 @@ class _Engine:
             or p.capacity - p.busy - held < a.num_gpus
         ):
             raise RuntimeError(f"the policy made an impossible dispatch at t={t}: {a}")
-        self._set_placement(replace(p, busy=p.busy + a.num_gpus))
+        self._set_placement(
+            Placement(p.node, p.tier, p.capacity, p.busy + a.num_gpus, p.schedulable)
+        )
         self.running_gpus += a.num_gpus
-        del self.queue[a.job_id]
+        self._dequeue(a.job_id)
         job.state = JobState.RUNNING
         job.epoch += 1
         job.run_start = t
         job.run_key = key
-        self.running[a.job_id] = RunningJob(
-            a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s
-        )
+        run = RunningJob(a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s)
+        self.running[a.job_id] = run
+        self.running_ends.started(run)
+        self._running_tuple = None
         heapq.heappush(self.heap, (t + job.spec.duration, _END, a.job_id, job.epoch))
 
     def _start_reservation(self, a: StartReservation, t: float) -> None:
@@ -586,7 +694,7 @@ class _Engine:
         self.reserved_gpus += a.gpus
         self.open_reservation[a.job_id] = len(self.reservation_log)
         self.reservation_log.append(_ReservationLog(a.job_id, a.node, a.tier, a.gpus, t))
-        self.queue[a.job_id] = job.queued()
+        self._enqueue(job.queued())
 
     def _absorb(self, a: AbsorbReservation, t: float) -> None:
         job = self.jobs[a.job_id]
@@ -598,7 +706,7 @@ class _Engine:
         self.reserved_gpus += a.added
         self.reservation_log[self.open_reservation[a.job_id]].gpus = a.total
         if job.state is JobState.QUEUED:
-            self.queue[a.job_id] = job.queued()
+            self._enqueue(job.queued())
 
     def _release(self, job: _Job, t: float, reason: ReleaseReason) -> None:
         res = job.reservation
@@ -611,7 +719,7 @@ class _Engine:
         entry = self.reservation_log[self.open_reservation.pop(job.spec.job_id)]
         entry.ended_at, entry.reason = t, reason
         if job.state is JobState.QUEUED:
-            self.queue[job.spec.job_id] = job.queued()
+            self._enqueue(job.queued())
 
     def _close_span(self, job: _Job, t: float) -> None:
         """Charge the reservation's GPUs since the span began to the job (lazy, SPEC §4)."""
@@ -631,9 +739,10 @@ class _Engine:
         node, tier_name = job.run_key
         n = job.spec.num_gpus
         p = self.placements[job.run_key]
-        self._set_placement(replace(p, busy=p.busy - n))
+        self._set_placement(Placement(p.node, p.tier, p.capacity, p.busy - n, p.schedulable))
         self.running_gpus -= n
-        del self.running[job.spec.job_id]
+        self.running_ends.ended(self.running.pop(job.spec.job_id))
+        self._running_tuple = None
         cost = run_cost(n, job.run_start, t, self.tier_by_name[tier_name].tflops)
         job.run_cost += cost
         job.unbilled += cost
@@ -645,8 +754,7 @@ class _Engine:
 
     def _requeue(self, job: _Job) -> None:
         job.state = JobState.QUEUED
-        self.queue[job.spec.job_id] = job.queued()
-        self._queue_dirty += 1
+        self._enqueue(job.queued())
 
     def _finish(self, job: _Job, state: JobState) -> None:
         job.state = state
@@ -657,7 +765,6 @@ class _Engine:
         if job.unbilled == 0.0:
             return
         lab = job.spec.lab
-        self._queue_dirty += 1
         self.lab_usage[lab] += job.unbilled
         job.billed += job.unbilled
         job.unbilled = 0.0
@@ -675,7 +782,7 @@ class _Engine:
 
     # -- result ---------------------------------------------------------------------------
 
-    def result(self, policy: str, wall_s: float) -> SimResult:
+    def result(self, policy: str, placement: str, wall_s: float) -> SimResult:
         records = tuple(
             JobRecord(
                 job_id=j.spec.job_id,
@@ -710,4 +817,5 @@ class _Engine:
             cycles_run=self.cycles_run,
             cycles_total=self.cycles_total,
             wall_s=wall_s,
+            placement=placement,
         )

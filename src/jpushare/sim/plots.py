@@ -110,7 +110,7 @@ def plot_gpu_use(result: SimResult, path: Path) -> None:
     ax.set_ylim(0, result.capacity_gpus)
     ax.set_xlabel(label)
     ax.set_ylabel("GPUs")
-    ax.set_title(f"GPU use over time — policy {result.policy}")
+    ax.set_title(f"GPU use over time — {result.label}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata=_META)
@@ -183,7 +183,7 @@ def plot_lab_usage(result: SimResult, path: Path) -> None:
         )
     ax.set_title(
         f"Each lab's share of cumulative usage (TFLOP-s charged at job ends, starting usage "
-        f"included) — policy {result.policy}",
+        f"included) — {result.label}",
         fontsize="medium",
     )
     fig.tight_layout()
@@ -236,7 +236,7 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
             ax.step(xs, ys, where="post", **_style(i, len(results)))
             if total > len(waits):
                 never_total[i] += total - len(waits)
-                never.append(f"{r.policy} {total - len(waits)}")
+                never.append(f"{r.label} {total - len(waits)}")
         title = f"{n} GPU{'s' if n > 1 else ''}: {jobs} job{'s' if jobs != 1 else ''}"
         if never:
             title += "\nnever started: " + ", ".join(never)
@@ -263,7 +263,7 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
         for i in range(len(results))
     ]
     labels = [
-        f"{r.policy}: {a} jobs" + (f", {k} never started" if k else "")
+        f"{r.label}: {a} jobs" + (f", {k} never started" if k else "")
         for r, a, k in zip(results, accepted, never_total, strict=True)
     ]
     fig.suptitle(
@@ -359,7 +359,7 @@ def plot_watch(result: SimResult, path: Path) -> bool:
     for ax in (top, mid, low):
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(
-        f"Reservations over time (SPEC §10 watch-list) — policy {result.policy}: "
+        f"Reservations over time (SPEC §10 watch-list) — {result.label}: "
         f"{total} started, {overall:.0f} % failed"
     )
     fig.tight_layout()

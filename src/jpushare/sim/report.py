@@ -187,6 +187,7 @@ def summary(result: SimResult) -> dict[str, Any]:
     jain = jain_fairness(result)
     return {
         "policy": result.policy,
+        "placement": result.placement,
         "cycle_s": result.cycle_s,
         "jobs": len(jobs),
         "states": states,
@@ -245,6 +246,11 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def run_label(s: dict[str, Any]) -> str:
+    """A run's name in the tables: "<policy>/<placement>" (`SimResult.label`)."""
+    return f"{s['policy']}/{s['placement']}" if "placement" in s else str(s["policy"])
+
+
 def comparison_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """One row per policy: outcomes, utilization, waits, reservations, fairness, wall time."""
     header = [
@@ -272,7 +278,7 @@ def comparison_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], lis
         e = r["ended"]
         rows.append(
             [
-                s["policy"],
+                run_label(s),
                 str(s["jobs"]),
                 str(s["states"].get("COMPLETED", 0)),
                 str(s["states"].get("FAILED", 0)),
@@ -299,7 +305,7 @@ def wait_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
     header = ["policy"] + [f"{g} GPU{'s' if g > 1 else ''}: mean / p95 / max" for g in gpu_counts]
     rows = []
     for s in summaries:
-        row = [s["policy"]]
+        row = [run_label(s)]
         for g in gpu_counts:
             b = s["wait_s_by_gpus"].get(str(g))
             row.append(
@@ -419,7 +425,7 @@ def comparison_numbers(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], 
     header += [f"{k}_{g}gpu" for g in gpu_counts for k in ("burden", "mean_wait_s")]
     rows = []
     for s in summaries:
-        row: list[Any] = [s["policy"], s["jobs"]]
+        row: list[Any] = [run_label(s), s["jobs"]]
         row += [s["states"].get(k, 0) for k in ("COMPLETED", "FAILED", "CANCELLED", "REJECTED")]
         row += [s["gpu_utilization"], s["reserved_fraction"]]
         row += [s["wait_s"][k] for k in stats]

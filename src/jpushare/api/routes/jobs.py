@@ -172,7 +172,8 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     tiers = queries.tier_names_by_sort_order(session)
     now = ctx.clock()
     if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
-        view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)))
+        snapshot = store.load_snapshot(session, now, ctx.busy(session))
+        view = QueueView.of(snapshot, ctx.placement_order)
         if job.policy_id in view.queued:
             return for_viewer(queued_why(view, job, history, tiers), job, user)
         # A cycle dispatched (or a cancel ended) it between the two reads (PostgreSQL's
