@@ -63,12 +63,12 @@ def test_all_policies_write_one_folder_each_labelled_policy_slash_placement(
     md = (out / "comparison.md").read_text()
     assert md.startswith("| policy |")
     assert "| policy | reservations | failed (r3+r5+cancel) |" in md
-    assert "| lab | reservation: failed / started |" in md
+    assert "| lab | reservation/pack: failed / started |" in md
     assert "reservations_failed_rate" in rows[0] and "burden_4gpu" in rows[0]
     assert (out / "wait_by_gpus.png").stat().st_size > 0
     # No reservations under hol-skip: no watch plot there.
-    assert (out / "reservation" / "watch.png").is_file()
-    assert not (out / "hol-skip" / "watch.png").exists()
+    assert (out / "reservation" / "pack" / "watch.png").is_file()
+    assert not (out / "hol-skip" / "pack" / "watch.png").exists()
 
 
 def test_a_repeated_policy_runs_once_and_outputs_are_byte_identical(tmp_path: Path) -> None:

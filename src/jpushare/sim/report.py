@@ -344,7 +344,7 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
         h = w["hold_s"]
         rel = r["released"]
         row = [
-            s["policy"],
+            run_label(s),
             str(r["started"]),
             "-" if not r["started"] else f"{r['failed']} ({_rate(r['failed_rate'])})",
             f"{rel['filled']}/{rel['swap']}/{r['held']}",
@@ -365,7 +365,7 @@ def lab_failure_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], li
     reserved at all; empty when none did."""
     reserving = [s for s in summaries if s["watch"]["reservations"]["started"]]
     labs = sorted({lab for s in reserving for lab in s["watch"]["reservations_by_lab"]})
-    header = ["lab", *(f"{s['policy']}: failed / started" for s in reserving)]
+    header = ["lab", *(f"{run_label(s)}: failed / started" for s in reserving)]
     rows = []
     for lab in labs:
         row = [lab]
