@@ -30,6 +30,7 @@ from jpushare.store.accounts import (
     list_tokens,
     list_users,
     revoke_token,
+    unix_user_of,
 )
 from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.engine import (
@@ -185,6 +186,7 @@ __all__ = [
     "to_epoch",
     "undo_dispatch",
     "undrain_node",
+    "unix_user_of",
     "upgrade",
     "upsert_tier",
     "upsert_tiers",
