@@ -71,7 +71,9 @@ def test_the_log_is_the_runs_output(local: ApiWorld, executor: LocalExecutor) ->
 def test_a_queued_job_has_an_empty_log(local: ApiWorld) -> None:
     local.busy.update(ALL_BUSY)
     job = local.submit("alice", 1)
-    assert local.get(f"/v1/jobs/{job}/log").json() == {"job_id": job, "attempt": 0, "log": ""}
+    body = local.get(f"/v1/jobs/{job}/log").json()
+    assert (body["job_id"], body["attempt"], body["log"]) == (job, 0, "")
+    assert body["state"] == "GLOBAL_QUEUE_WAIT"
 
 
 def test_cancel_stops_the_running_process(local: ApiWorld, executor: LocalExecutor) -> None:
