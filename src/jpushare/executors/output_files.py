@@ -152,3 +152,44 @@ def file_size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+_ENTER = r"""
+import os, sys
+try:
+    os.chdir(sys.argv[1])
+except OSError as e:
+    sys.stderr.write(e.strerror or str(e)); sys.exit(1)
+"""
+
+
+def cannot_enter(workdir: str, account: UnixAccount | None, timeout_s: float = 10.0) -> str | None:
+    """Why `account` (None: this process) cannot enter `workdir`, or None if it can: the
+    sentence a job that could not start there ends with."""
+    if account is None or account.uid == os.geteuid():
+        try:
+            st = os.stat(workdir)
+        except OSError as exc:
+            return f"working directory {workdir}: {exc.strerror or exc}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"working directory {workdir}: Not a directory"
+        if not os.access(workdir, os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+            return f"working directory {workdir}: Permission denied"
+        return None
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _ENTER, workdir],
+            capture_output=True,
+            env={},
+            timeout=timeout_s,
+            check=False,
+            user=account.uid,
+            group=account.gid,
+            extra_groups=list(account.groups),
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        return f"working directory {workdir}: no answer within {timeout_s:g} s"
+    if proc.returncode == 0:
+        return None
+    return f"working directory {workdir}: {proc.stderr.decode(errors='replace').strip()}"
