@@ -205,7 +205,7 @@ def test_a_missing_working_directory_fails_the_job_with_the_reason(service: Serv
 
 
 def test_a_directory_the_owner_cannot_enter_fails_the_job(service: Service) -> None:
-    a, b = service.accounts["a"], service.accounts["b"]
+    a = service.accounts["a"]
     private = Path(a.home) / "private"
     private.mkdir(mode=0o700)
     os.chown(private, a.uid, a.gid)
