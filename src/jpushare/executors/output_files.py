@@ -57,11 +57,21 @@ def output_paths(
     return OutputPaths(place(output or DEFAULT_OUTPUT), None if error is None else place(error))
 
 
-# Run as the owner: print the file's size on one line, then its bytes from the offset.
+# Started as the service (root: the interpreter may be where only root can read), it
+# becomes the owner (groups, gid, uid) before it touches anything of theirs.
+_AS_OWNER = r"""
+import os, stat, sys
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([int(g) for g in sys.argv[3].split(",") if g])
+os.setresgid(gid, gid, gid)
+os.setresuid(uid, uid, uid)
+args = sys.argv[4:]
+"""
+
+# As the owner: print the file's size on one line, then its bytes from the offset.
 # O_NONBLOCK: a FIFO does not hang it; only regular files are read.
 _READER = r"""
-import os, stat, sys
-path, start, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, start, limit = args[0], int(args[1]), int(args[2])
 try:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
 except FileNotFoundError:
@@ -106,17 +116,7 @@ def read_tail(
     if account is None or account.uid == os.geteuid():
         return _read_here(path, limit, start)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _READER, path, str(start), str(limit)],
-            capture_output=True,
-            env={},
-            timeout=timeout_s,
-            check=False,
-            user=account.uid,
-            group=account.gid,
-            extra_groups=list(account.groups),
-            cwd="/",
-        )
+        proc = _run_as(account, _READER, [path, str(start), str(limit)], timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise OutputUnreadable(f"{path}: reading it took over {timeout_s:g} s") from exc
     if proc.returncode == 3:
@@ -155,9 +155,8 @@ def file_size(path: str) -> int:
 
 
 _ENTER = r"""
-import os, sys
 try:
-    os.chdir(sys.argv[1])
+    os.chdir(args[0])
 except OSError as e:
     sys.stderr.write(e.strerror or str(e)); sys.exit(1)
 """
@@ -177,19 +176,21 @@ def cannot_enter(workdir: str, account: UnixAccount | None, timeout_s: float = 1
             return f"working directory {workdir}: Permission denied"
         return None
     try:
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _ENTER, workdir],
-            capture_output=True,
-            env={},
-            timeout=timeout_s,
-            check=False,
-            user=account.uid,
-            group=account.gid,
-            extra_groups=list(account.groups),
-            cwd="/",
-        )
+        proc = _run_as(account, _ENTER, [workdir], timeout_s)
     except subprocess.TimeoutExpired:
         return f"working directory {workdir}: no answer within {timeout_s:g} s"
     if proc.returncode == 0:
         return None
     return f"working directory {workdir}: {proc.stderr.decode(errors='replace').strip()}"
+
+
+def _run_as(
+    account: UnixAccount, body: str, args: list[str], timeout_s: float
+) -> subprocess.CompletedProcess[bytes]:
+    """`body` (Python, stdlib) run as `account`, with `args`; its output captured."""
+    groups = ",".join(str(g) for g in account.groups)
+    argv = [sys.executable, "-I", "-S", "-c", _AS_OWNER + body]
+    argv += [str(account.uid), str(account.gid), groups, *args]
+    return subprocess.run(
+        argv, capture_output=True, env={}, timeout=timeout_s, check=False, cwd="/"
+    )

@@ -395,6 +395,9 @@ class SlurmExecutor:
         env |= (account or service_account()).login_env()
         if "SLURM_CONF" in self._sbatch_needs:
             env["SLURM_CONF"] = self._sbatch_needs["SLURM_CONF"]
+        # sbatch hands its umask to the job as SLURM_UMASK unless that is set: the owner's
+        # output files are not for other users (0600), whatever the service's umask.
+        env["SLURM_UMASK"] = "0077"
         return env
 
     def _run_record_path(self, name: str) -> Path:
