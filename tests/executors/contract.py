@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -82,7 +82,7 @@ class ContractTarget:
     submitted: list[str] = field(default_factory=list)
 
     def spec(
-        self, command: str, num_gpus: int = 1, job_id: str | None = None, **run: object
+        self, command: str, num_gpus: int = 1, job_id: str | None = None, **run: Any
     ) -> LaunchSpec:
         """A launch on the target's placement; `run`: LaunchSpec's run fields (workdir …)."""
         job_id = job_id or f"contract-{uuid.uuid4().hex[:12]}"
@@ -95,7 +95,7 @@ class ContractTarget:
             gpu_type=self.gpu_type,
             num_gpus=num_gpus,
             partition=self.partition,
-            **run,  # type: ignore[arg-type]
+            **run,
         )
 
     def workdir(self) -> Path:
@@ -337,7 +337,7 @@ class ExecutorContract:
         self, target: ContractTarget
     ) -> None:
         wd = target.workdir()
-        run = {"workdir": str(wd), "environment": {"PATH": "/usr/bin:/bin"}}
+        run: dict[str, Any] = {"workdir": str(wd), "environment": {"PATH": "/usr/bin:/bin"}}
         first = target.spec(f"echo {shlex.quote(OOM_LINE)}; exit 1", **run)
         target.submit(first)
         assert target.wait_ended(first).state is RunState.OOM
@@ -350,7 +350,7 @@ class ExecutorContract:
 
     def test_memory_beyond_the_limit_ends_the_job(self, target: ContractTarget) -> None:
         wd = target.workdir()
-        run = {
+        run: dict[str, Any] = {
             "workdir": str(wd),
             "environment": {"PATH": "/usr/bin:/bin"},
             "mem_per_gpu_mb": 256,

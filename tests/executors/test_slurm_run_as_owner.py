@@ -10,6 +10,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def executor(tmp_path: Path) -> SlurmExecutor:
     return ex
 
 
-def _spec(owner: MadeAccount, command: str, workdir: str, **run: object) -> LaunchSpec:
+def _spec(owner: MadeAccount, command: str, workdir: str, **run: Any) -> LaunchSpec:
     job_id = f"owner{time.monotonic_ns() % 10**9}"
     return LaunchSpec(
         job_id=job_id,
@@ -56,7 +57,7 @@ def _spec(owner: MadeAccount, command: str, workdir: str, **run: object) -> Laun
         user="someone",
         unix_user=owner.name,
         workdir=workdir,
-        **run,  # type: ignore[arg-type]
+        **run,
     )
 
 
