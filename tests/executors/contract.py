@@ -142,6 +142,14 @@ def _ticker(path: Path) -> str:
     return f"while :; do echo t >> {shlex.quote(str(path))}; sleep 0.1; done"
 
 
+def _text(path: Path) -> str | None:
+    """The file's text, stripped; None while it is absent or empty."""
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -298,7 +306,7 @@ class ExecutorContract:
         target.submit(spec)
         assert target.wait_ended(spec).state is RunState.COMPLETED
         out = wd / f"jpushare-{spec.job_id}.out"
-        line = wait_for(lambda: out.exists() and out.read_text().strip(), target.timeout_s)
+        line = wait_for(lambda: _text(out), target.timeout_s, what=str(out))
         # The test process's (the service's) variables are not the job's.
         assert f"pwd={wd} myvar=a b=c pytest=unset job={spec.job_id} user=" in line, line
         assert line.endswith("home=set") and "user= " not in line, line
