@@ -225,3 +225,19 @@ def test_an_account_missing_at_dispatch_fails_the_job(service: Service) -> None:
     ended = service.run_to_end(job)
     assert ended.state == "FAILED"
     assert ended.reason is not None and "'jpst-nobody-here' does not exist" in ended.reason
+
+
+def test_the_oom_check_and_the_log_read_the_owners_private_file(service: Service) -> None:
+    b = service.accounts["b"]
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    job = service.submit("b", f"echo {shlex.quote(oom)}; exit 1", b.home, {"PATH": "/bin"})
+    deps = CycleDeps(service.sessions, service.executor)
+    deadline = time.monotonic() + TIMEOUT_S
+    while (run := service.executor.find(str(job), 1)) is None or not run.state.ended:
+        assert time.monotonic() < deadline, "the run did not end"
+        run_cycle(deps)
+        time.sleep(0.05)
+    output = Path(b.home) / f"jpushare-{job}.out"
+    assert stat.S_IMODE(output.stat().st_mode) == 0o600 and output.stat().st_uid == b.uid
+    assert run.state.value == "OOM", run  # SPEC §5: the service saw the owner's output
+    assert oom in service.executor.log(str(job), 1)
