@@ -23,6 +23,8 @@ For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
   (`--account=lab --mem-per-gpu=16G`); default none
 - JPUSHARE_SLURM_PREFIX: first word of JPU-Share's Slurm job names (`jps-<job>-<attempt>`),
   one per installation sharing a cluster; default jps
+- JPUSHARE_SLURM_SUBMIT_AS_USER: `yes` to submit each job `--uid/--gid` of its owner (root
+  or Slurm's SlurmUser), `no` to submit every job as the service; default: yes when root
 
 The tier -> partition mapping is not a setting: it is each tier's `partition` in the
 database (`jpushare init --cluster FILE` reads it from the cluster file's tiers).
@@ -56,6 +58,7 @@ class Settings:
     slurm_gpu_types: Mapping[str, str] = field(default_factory=dict)  # GRES type -> tier
     slurm_sbatch_args: tuple[str, ...] = ()
     slurm_prefix: str = "jps"
+    slurm_submit_as_user: bool | None = None  # None: when the service runs as root
 
     @property
     def slurm_logs(self) -> Path:
@@ -121,6 +124,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"JPUSHARE_SLURM_PREFIX must be a letter then up to 31 letters, digits or _, "
             f"not {prefix!r}"
         )
+    as_user_text = e.get("JPUSHARE_SLURM_SUBMIT_AS_USER", "").strip().lower()
+    as_user = {
+        "": None,
+        "yes": True,
+        "true": True,
+        "1": True,
+        "no": False,
+        "false": False,
+        "0": False,
+    }
+    if as_user_text not in as_user:
+        raise ConfigError(f"JPUSHARE_SLURM_SUBMIT_AS_USER must be yes or no, not {as_user_text!r}")
     return Settings(
         database_url=url,
         state_dir=state_dir,
@@ -134,4 +149,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_gpu_types=parse_gpu_types(e.get("JPUSHARE_SLURM_GPU_TYPES", "")),
         slurm_sbatch_args=sbatch_args,
         slurm_prefix=prefix,
+        slurm_submit_as_user=as_user[as_user_text],
     )

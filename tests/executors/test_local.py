@@ -396,12 +396,17 @@ class TestOwnersRun:
             pytest.skip("needs two CPUs to tell pinning from no pinning")
         ex = LocalExecutor(state_dir, gpus=gpus())
         flag = tmp_path / "go"
-        run = {"workdir": str(tmp_path), "environment": {"PATH": "/usr/bin:/bin"}}
         cmd = (
             f"grep Cpus_allowed_list /proc/self/status; while [ ! -e {flag} ]; do sleep 0.05; done"
         )
         for job in ("c1", "c2"):
-            ex.submit(dataclasses.replace(spec(job, cmd), cpus_per_gpu=1, **run))
+            owners = dataclasses.replace(
+                spec(job, cmd),
+                cpus_per_gpu=1,
+                workdir=str(tmp_path),
+                environment={"PATH": "/usr/bin:/bin"},
+            )
+            ex.submit(owners)
         flag.touch()
         seen = []
         for job in ("c1", "c2"):

@@ -113,7 +113,7 @@ def read_tail(
 ) -> Tail | None:
     """The last `limit` bytes of `path` from byte `start` on, read as `account` (None: as
     this process); None if the file does not exist. Raises OutputUnreadable."""
-    if account is None or account.uid == os.geteuid():
+    if account is None or not _can_become(account):
         return _read_here(path, limit, start)
     try:
         proc = _run_as(account, _READER, [path, str(start), str(limit)], timeout_s)
@@ -165,7 +165,7 @@ except OSError as e:
 def cannot_enter(workdir: str, account: UnixAccount | None, timeout_s: float = 10.0) -> str | None:
     """Why `account` (None: this process) cannot enter `workdir`, or None if it can: the
     sentence a job that could not start there ends with."""
-    if account is None or account.uid == os.geteuid():
+    if account is None or not _can_become(account):
         try:
             st = os.stat(workdir)
         except OSError as exc:
@@ -182,6 +182,12 @@ def cannot_enter(workdir: str, account: UnixAccount | None, timeout_s: float = 1
     if proc.returncode == 0:
         return None
     return f"working directory {workdir}: {proc.stderr.decode(errors='replace').strip()}"
+
+
+def _can_become(account: UnixAccount) -> bool:
+    """Whether reading as `account` means another process: another uid, and we are root
+    (a service that is not root, e.g. Slurm's SlurmUser, reads as itself)."""
+    return account.uid != os.geteuid() and os.geteuid() == 0
 
 
 def _run_as(

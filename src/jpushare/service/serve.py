@@ -62,6 +62,7 @@ def build_executor(
             gpu_type_to_tier=settings.slurm_gpu_types,
             name_prefix=settings.slurm_prefix,
             sbatch_args=settings.slurm_sbatch_args,
+            submit_as_user=settings.slurm_submit_as_user,
         )
         check_foreign_runs(slurm, sessions)
         return slurm
