@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import update
 
 from jpushare import store
-from jpushare.store.job_run import MAX_ENV_BYTES, JobRun
+from jpushare.run_settings import MAX_ENV_BYTES, JobRun
 from jpushare.store.observations import dispatched_launches
 from jpushare.store.schema import GpuTier, User
 from tests.store.conftest import ALL_BUSY, World, at, run_cycle

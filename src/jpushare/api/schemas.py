@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from jpushare import run_settings as job_run
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
-from jpushare.store import job_run
 from jpushare.store.records import (
     JobRecord,
     LabRecord,

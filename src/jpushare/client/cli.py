@@ -39,7 +39,7 @@ from typing import Any, TextIO
 from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
 from jpushare.memory_sizes import parse_mem_mb
-from jpushare.store.job_run import ENV_NAME
+from jpushare.run_settings import ENV_NAME
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -41,6 +41,7 @@ per run, named by its key `<job id, %-quoted>.<attempt>`, which is also its exec
   `ended_at`. The wrapper traps TERM/INT/HUP, so it survives a cancel's SIGTERM long enough
   to write the code; any executor instance can read it, parent or not.
 - `<key>.error`: why the job could not start, when it could not.
+- `<key>.runner`: what the wrapper itself printed (its own failures, never the job's).
 - `<key>.log`: the output of a job from before revision 0003.
 
 `state_dir/lock` is flock-ed around every submit, cancel and observation, so two processes

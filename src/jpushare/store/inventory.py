@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from jpushare.executors.base import GpuGroup, NodeState
 from jpushare.policy.model import Placement, Tier
+from jpushare.run_settings import check_cpus_per_gpu, check_mem_per_gpu_mb
 from jpushare.store.errors import InvalidRequest, NotFound
-from jpushare.store.job_run import check_cpus_per_gpu, check_mem_per_gpu_mb
 from jpushare.store.records import NodeRecord, SyncReport, TierRecord
 from jpushare.store.schema import GpuResource, GpuTier, Node
 

@@ -17,8 +17,8 @@ from sqlalchemy.sql.elements import BindParameter
 
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
 from jpushare.policy.model import Placement, Tier
+from jpushare.run_settings import JobRun, checked
 from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound
-from jpushare.store.job_run import JobRun, checked
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import (
     EventKind,
@@ -310,7 +310,10 @@ def submit(
         raise InvalidRequest("a job needs a command")
     if time_limit_s is not None and time_limit_s <= 0:
         raise InvalidRequest(f"time_limit_s must be positive, got {time_limit_s}")
-    run = checked(run or JobRun())
+    try:
+        run = checked(run or JobRun())
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
     session.flush()  # Core statements below: make pending ORM changes visible first
     connection = session.connection()
     rows = connection.execute(_SUBMIT_INPUTS, {"user_id": user_id}).all()

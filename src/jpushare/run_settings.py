@@ -1,8 +1,9 @@
 """Where and with what a job runs (sbatch's --chdir, --export, --output, --error,
 --cpus-per-gpu, --mem-per-gpu): the checks and bounds every submission passes.
 
-Pure: no I/O. Whether the directory exists and its owner may enter it is checked at
-dispatch, as the owner (a job that cannot start there ends FAILED with the reason).
+Pure: no I/O, and nothing heavy imported (the CLI checks variable names with it). Whether
+the directory exists and its owner may enter it is checked at dispatch, as the owner (a job
+that cannot start there ends FAILED with the reason).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from jpushare.store.errors import InvalidRequest
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_PATH_BYTES = 4096  # PATH_MAX
@@ -85,23 +84,20 @@ def check_mem_per_gpu_mb(value: int) -> int:
 
 
 def checked(run: JobRun) -> JobRun:
-    """`run` if every field passes; InvalidRequest saying which does not."""
-    try:
-        if run.workdir is not None:
-            check_workdir(run.workdir)
-        elif run.environment is not None or run.output_path or run.error_path:
-            raise ValueError("an environment or output files need a working directory")
-        if run.environment is not None:
-            check_environment(run.environment)
-        for pattern in (run.output_path, run.error_path):
-            if pattern is not None:
-                check_file_pattern(pattern)
-        if run.cpus_per_gpu is not None:
-            check_cpus_per_gpu(run.cpus_per_gpu)
-        if run.mem_per_gpu_mb is not None:
-            check_mem_per_gpu_mb(run.mem_per_gpu_mb)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
+    """`run` if every field passes; ValueError saying which does not."""
+    if run.workdir is not None:
+        check_workdir(run.workdir)
+    elif run.environment is not None or run.output_path or run.error_path:
+        raise ValueError("an environment or output files need a working directory")
+    if run.environment is not None:
+        check_environment(run.environment)
+    for pattern in (run.output_path, run.error_path):
+        if pattern is not None:
+            check_file_pattern(pattern)
+    if run.cpus_per_gpu is not None:
+        check_cpus_per_gpu(run.cpus_per_gpu)
+    if run.mem_per_gpu_mb is not None:
+        check_mem_per_gpu_mb(run.mem_per_gpu_mb)
     return run
 
 
