@@ -11,6 +11,7 @@ rewritten with fresh tokens for the demo users otherwise.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,8 +77,9 @@ def _ensure_users(session: Session, now: datetime) -> list[DemoUser]:
     wanted = [(user_name(lab), lab, "student") for lab in labs]
     wanted.append((ADMIN_USER, labs[0], "admin"))
     out: list[DemoUser] = []
+    me = pwd.getpwuid(os.geteuid()).pw_name  # one machine, one account: the service's
     for name, lab, role in wanted:
-        user = known.get(name) or store.create_user(session, name, lab, role, now)
+        user = known.get(name) or store.create_user(session, name, lab, role, now, unix_user=me)
         issued = store.issue_token(session, user.id, now, label="demo")
         out.append(DemoUser(user.name, user.lab_name, user.role, issued.secret))
     return out
