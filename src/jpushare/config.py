@@ -27,6 +27,8 @@ For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
   (`--account=lab --mem-per-gpu=16G`); default none
 - JPUSHARE_SLURM_PREFIX: first word of JPU-Share's Slurm job names (`jps-<job>-<attempt>`),
   one per installation sharing a cluster; default jps
+- JPUSHARE_SLURM_SUBMIT_AS_USER: `yes` to submit each job `--uid/--gid` of its owner (root
+  or Slurm's SlurmUser), `no` to submit every job as the service; default: yes when root
 
 The tier -> partition mapping is not a setting: it is each tier's `partition` in the
 database (`jpushare init --cluster FILE` reads it from the cluster file's tiers).
@@ -66,6 +68,7 @@ class Settings:
     slurm_prefix: str = "jps"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     placement_order: PlacementOrder = PlacementOrder.PACK
+    slurm_submit_as_user: bool | None = None  # None: when the service runs as root
 
     @property
     def slurm_logs(self) -> Path:
@@ -145,6 +148,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"JPUSHARE_PLACEMENT must be one of {', '.join(PLACEMENT_ORDERS)}, "
             f"not {raw_placement!r}"
         ) from None
+    as_user_text = e.get("JPUSHARE_SLURM_SUBMIT_AS_USER", "").strip().lower()
+    as_user = {
+        "": None,
+        "yes": True,
+        "true": True,
+        "1": True,
+        "no": False,
+        "false": False,
+        "0": False,
+    }
+    if as_user_text not in as_user:
+        raise ConfigError(f"JPUSHARE_SLURM_SUBMIT_AS_USER must be yes or no, not {as_user_text!r}")
     return Settings(
         database_url=url,
         state_dir=state_dir,
@@ -160,4 +175,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_prefix=prefix,
         max_body_bytes=max_body,
         placement_order=placement,
+        slurm_submit_as_user=as_user[as_user_text],
     )

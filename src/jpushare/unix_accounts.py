@@ -39,6 +39,10 @@ class UnixAccount:
     home: str
     shell: str
 
+    def login_env(self) -> dict[str, str]:
+        """The variables a login sets for this account (sbatch jobs have them too)."""
+        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name, "SHELL": self.shell}
+
 
 def valid_account_name(name: str) -> bool:
     return ACCOUNT_NAME.fullmatch(name) is not None
@@ -70,7 +74,17 @@ def account_of_uid(uid: int) -> UnixAccount:
 
 def service_account() -> UnixAccount:
     """The account this process runs as (its effective uid)."""
-    return account_of_uid(os.geteuid())
+    uid = os.geteuid()
+    try:
+        return account_of_uid(uid)
+    except UnknownAccount:  # a uid without a passwd entry (containers): still an account
+        gid = os.getegid()
+        return UnixAccount(str(uid), uid, gid, (gid,), os.environ.get("HOME", "/"), "/bin/sh")
+
+
+def can_switch_accounts() -> bool:
+    """Whether jobs can run as other accounts: only root can set another uid."""
+    return os.geteuid() == 0
 
 
 def _account(entry: pwd.struct_passwd) -> UnixAccount:

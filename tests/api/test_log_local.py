@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.executors.base import LaunchSpec, RunInfo, RunState
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
+from jpushare.store.schema import User
 from tests.api.conftest import ALL_BUSY, ApiWorld, make_world
 from tests.api.test_errors import error
 
@@ -71,12 +75,19 @@ def test_the_log_is_the_runs_output(local: ApiWorld, executor: LocalExecutor) ->
 def test_a_queued_job_has_an_empty_log(local: ApiWorld) -> None:
     local.busy.update(ALL_BUSY)
     job = local.submit("alice", 1)
-    assert local.get(f"/v1/jobs/{job}/log").json() == {"job_id": job, "attempt": 0, "log": ""}
+    body = local.get(f"/v1/jobs/{job}/log").json()
+    assert (body["job_id"], body["attempt"], body["log"]) == (job, 0, "")
+    assert body["state"] == "GLOBAL_QUEUE_WAIT"
 
 
 def test_cancel_stops_the_running_process(local: ApiWorld, executor: LocalExecutor) -> None:
     job = start(local, executor, "bob", "echo started; sleep 60")
     wait_for(executor, job, ended=False)
+    # RUNNING is the wrapper's process group; the command itself starts a moment later.
+    deadline = time.monotonic() + 20
+    while "started" not in executor.log(str(job), 1):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
     r = local.post(f"/v1/jobs/{job}/cancel", "bob")
     assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
     assert wait_for(executor, job, ended=True).state is RunState.CANCELLED
@@ -87,3 +98,77 @@ def test_without_an_executor_the_log_is_503(api: ApiWorld) -> None:
     job = api.submit("alice", 1)
     api.cycle()
     error(api.get(f"/v1/jobs/{job}/log"), 503, "UNAVAILABLE")
+
+
+def test_a_jobs_own_files_are_read_with_stderr_and_offset(
+    local: ApiWorld, executor: LocalExecutor, tmp_path: Path
+) -> None:
+    me = pwd.getpwuid(os.geteuid()).pw_name  # under root the files are read as this account
+    with local.sessions.begin() as s:
+        s.execute(update(User).where(User.name == "alice").values(unix_user=me))
+    wd = tmp_path / "proj"
+    wd.mkdir()
+    local.busy.update(ALL_BUSY)
+    local.busy[("node-b", "rtx4090")] = 0
+    body = {
+        "name": "t",
+        "command": "echo out-1; echo err-1 >&2; echo out-2",
+        "num_gpus": 1,
+        "workdir": str(wd),
+        "environment": {"PATH": "/usr/bin:/bin"},
+        "error_path": "e-%j-%a.txt",
+    }
+    r = local.post("/v1/jobs", "alice", json=body)
+    assert r.status_code == 201, r.text
+    job = int(r.json()["id"])
+    assert (r.json()["workdir"], r.json()["error_path"]) == (str(wd), "e-%j-%a.txt")
+    _, recorded = local.cycle()
+    (d,) = recorded.dispatched
+    assert (d.workdir, d.error_path, d.unix_user) == (str(wd), "e-%j-%a.txt", me)
+    executor.submit(
+        LaunchSpec(
+            str(job), d.attempt, d.name, d.command, d.node, d.tier, d.num_gpus,
+            unix_user=d.unix_user, workdir=d.workdir, environment=d.environment,
+            output=d.output_path, error=d.error_path,
+        )
+    )  # fmt: skip
+    assert wait_for(executor, job, ended=True).state is RunState.COMPLETED
+
+    out = local.get(f"/v1/jobs/{job}/log", "alice").json()
+    assert out["log"] == "out-1\nout-2\n"
+    assert out["path"] == str(wd / f"jpushare-{job}.out")
+    assert (out["offset"], out["next_offset"]) == (0, len("out-1\nout-2\n"))
+    err = local.get(f"/v1/jobs/{job}/log", "alice", params={"stderr": "true"}).json()
+    assert (err["stream"], err["log"], err["path"]) == (
+        "error",
+        "err-1\n",
+        str(wd / f"e-{job}-1.txt"),
+    )
+    rest = local.get(f"/v1/jobs/{job}/log", "alice", params={"offset": 6}).json()
+    assert (rest["log"], rest["offset"]) == ("out-2\n", 6)
+    error(local.get(f"/v1/jobs/{job}/log", "bob"), 403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("workdir", "relative/dir"),
+        ("workdir", "/with\x00nul"),
+        ("environment", {"1BAD": "x"}),
+        ("environment", {"A-B": "x"}),
+        ("environment", {"OK": "nul\x00here"}),
+        ("environment", {f"V{i}": "x" * 1000 for i in range(600)}),
+        ("cpus_per_gpu", 0),
+        ("mem_per_gpu_mb", 1),
+        ("output_path", "dir/"),
+    ],
+)
+def test_bad_run_settings_are_422_with_a_code(local: ApiWorld, field: str, value: object) -> None:
+    body: dict[str, object] = {"command": "true", "num_gpus": 1, "workdir": "/tmp", field: value}
+    error(local.post("/v1/jobs", "alice", json=body), 422, "VALIDATION_ERROR")
+
+
+def test_an_environment_without_a_working_directory_is_422(local: ApiWorld) -> None:
+    body = {"command": "true", "num_gpus": 1, "environment": {"A": "b"}}
+    r = local.post("/v1/jobs", "alice", json=body)
+    assert r.status_code == 422 and "working directory" in r.text

@@ -17,6 +17,7 @@ from tests.api.conftest import ApiWorld
 SQUEUE_FIELDS = {
     "id", "job_id", "name", "user", "lab", "num_gpus", "state", "node", "tier", "rank",
     "submitted_at", "queue_entered_at", "dispatched_at", "started_at", "ended_at",
+    "cpus_per_gpu", "mem_per_gpu_mb",
 }  # fmt: skip
 OTHER_PUBLIC_FIELDS = {
     "min_tier", "minimum_tier_sort_order", "attempts", "exit_code", "reason", "time_limit_s",

@@ -3,6 +3,8 @@ executor over it, and bounded polling helpers (no bare sleeps as synchronisation
 
 from __future__ import annotations
 
+import os
+import pwd
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,12 +45,15 @@ TIMEOUT_S = 60.0  # generous: a loaded 2-core CI machine
 def init_cluster(factory: sessionmaker[Session]) -> dict[str, store.UserRecord]:
     """The cluster above, a student in each lab and an admin; users by name."""
     now = store.utc_now()
+    # Their jobs run as this test's own account: under root the executor switches to the
+    # account named, which must exist (tests/dispatcher/test_run_as_owner.py uses others).
+    me = pwd.getpwuid(os.geteuid()).pw_name
     with factory.begin() as s:
         load_cluster_spec(s, parse_cluster(CLUSTER_YAML), now)
         return {
-            "alice": store.create_user(s, "alice", "alpha", "student", now),
-            "bob": store.create_user(s, "bob", "beta", "student", now),
-            "root": store.create_user(s, "root", "alpha", "admin", now),
+            "alice": store.create_user(s, "alice", "alpha", "student", now, unix_user=me),
+            "bob": store.create_user(s, "bob", "beta", "student", now, unix_user=me),
+            "root": store.create_user(s, "root", "alpha", "admin", now, unix_user=me),
         }
 
 

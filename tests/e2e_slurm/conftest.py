@@ -18,6 +18,7 @@ and the real `SlurmExecutor`, with the cluster's state made well-defined per tes
 from __future__ import annotations
 
 import os
+import pwd
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -212,12 +213,14 @@ def make_rig(
         engine = store.make_engine(url)
         sessions = store.make_sessionmaker(engine)
         now = store.utc_now()
+        me = pwd.getpwuid(os.geteuid()).pw_name
         with sessions.begin() as s:
             load_cluster_spec(s, load_cluster(cluster), now)
             users = {
-                "alice": store.create_user(s, "alice", "BCG", "student", now),
-                "bob": store.create_user(s, "bob", "KDG", "student", now),
-                "carol": store.create_user(s, "carol", "NLP", "student", now),
+                # Their jobs run as this test's account (root: sbatch --uid of the owner).
+                "alice": store.create_user(s, "alice", "BCG", "student", now, unix_user=me),
+                "bob": store.create_user(s, "bob", "KDG", "student", now, unix_user=me),
+                "carol": store.create_user(s, "carol", "NLP", "student", now, unix_user=me),
             }
         executor = SlurmExecutor(shared / "logs", name_prefix=prefix)
         rig = SlurmRig(

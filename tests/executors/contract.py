@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -81,7 +81,10 @@ class ContractTarget:
     poll_s: float = 0.05
     submitted: list[str] = field(default_factory=list)
 
-    def spec(self, command: str, num_gpus: int = 1, job_id: str | None = None) -> LaunchSpec:
+    def spec(
+        self, command: str, num_gpus: int = 1, job_id: str | None = None, **run: Any
+    ) -> LaunchSpec:
+        """A launch on the target's placement; `run`: LaunchSpec's run fields (workdir …)."""
         job_id = job_id or f"contract-{uuid.uuid4().hex[:12]}"
         return LaunchSpec(
             job_id=job_id,
@@ -92,7 +95,14 @@ class ContractTarget:
             gpu_type=self.gpu_type,
             num_gpus=num_gpus,
             partition=self.partition,
+            **run,
         )
+
+    def workdir(self) -> Path:
+        """A fresh directory under shared_dir for one job to run in."""
+        path = self.shared_dir / f"wd-{uuid.uuid4().hex[:8]}"
+        path.mkdir(parents=True)
+        return path
 
     def submit(self, spec: LaunchSpec) -> str:
         executor_id = self.executor.submit(spec)
@@ -130,6 +140,14 @@ class ContractTarget:
 def _ticker(path: Path) -> str:
     """Shell that appends a line to `path` every 0.1 s, forever."""
     return f"while :; do echo t >> {shlex.quote(str(path))}; sleep 0.1; done"
+
+
+def _text(path: Path) -> str | None:
+    """The file's text, stripped; None while it is absent or empty."""
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def _size(path: Path) -> int:
@@ -272,3 +290,98 @@ class ExecutorContract:
             target.executor.submit(bad)
 
         assert target.executor.find(bad.job_id, bad.attempt) is None
+
+    # --- where and with what (LaunchSpec.workdir, environment, output, error, limits) -------
+
+    def test_the_job_runs_in_its_directory_with_exactly_its_environment(
+        self, target: ContractTarget
+    ) -> None:
+        wd = target.workdir()
+        spec = target.spec(
+            'echo "pwd=$(pwd) myvar=$MYVAR pytest=${PYTEST_CURRENT_TEST-unset} '
+            'job=$JPUSHARE_JOB_ID user=$USER home=${HOME:+set}"',
+            workdir=str(wd),
+            environment={"PATH": "/usr/bin:/bin", "MYVAR": "a b=c"},
+        )
+        target.submit(spec)
+        assert target.wait_ended(spec).state is RunState.COMPLETED
+        out = wd / f"jpushare-{spec.job_id}.out"
+        line = wait_for(lambda: _text(out), target.timeout_s, what=str(out))
+        # The test process's (the service's) variables are not the job's.
+        assert f"pwd={wd} myvar=a b=c pytest=unset job={spec.job_id} user=" in line, line
+        assert line.endswith("home=set") and "user= " not in line, line
+        assert target.executor.log(spec.job_id, 1).strip() == line
+
+    def test_output_and_error_files_take_their_patterns(self, target: ContractTarget) -> None:
+        wd = target.workdir()
+        spec = target.spec(
+            "echo to-out; echo to-err >&2",
+            workdir=str(wd),
+            environment={"PATH": "/usr/bin:/bin"},
+            output="out-%j-%a.txt",
+            error=str(wd / "err-%j-100%%.txt"),
+        )
+        target.submit(spec)
+        assert target.wait_ended(spec).state is RunState.COMPLETED
+        out = wd / f"out-{spec.job_id}-1.txt"
+        err = wd / f"err-{spec.job_id}-100%.txt"
+        wait_for(lambda: _size(out) > 0 and _size(err) > 0, target.timeout_s, what="files")
+        assert out.read_text() == "to-out\n"
+        assert err.read_text() == "to-err\n"
+        assert target.executor.log(spec.job_id, 1) == "to-out\n"
+
+    def test_cuda_out_of_memory_in_the_error_file_is_oom(self, target: ContractTarget) -> None:
+        wd = target.workdir()
+        spec = target.spec(
+            f"echo {shlex.quote(OOM_LINE)} >&2; exit 1",
+            workdir=str(wd),
+            environment={"PATH": "/usr/bin:/bin"},
+            error="err-%j.txt",
+        )
+        target.submit(spec)
+        assert target.wait_ended(spec).state is RunState.OOM
+
+    def test_an_earlier_attempts_oom_does_not_make_the_next_one_oom(
+        self, target: ContractTarget
+    ) -> None:
+        wd = target.workdir()
+        run: dict[str, Any] = {"workdir": str(wd), "environment": {"PATH": "/usr/bin:/bin"}}
+        first = target.spec(f"echo {shlex.quote(OOM_LINE)}; exit 1", **run)
+        target.submit(first)
+        assert target.wait_ended(first).state is RunState.OOM
+        second = dataclasses.replace(first, attempt=2, command="echo plain failure; exit 3")
+        target.submit(second)
+        info = target.wait_ended(second)
+        assert info.state is RunState.FAILED, info
+        text = (wd / f"jpushare-{first.job_id}.out").read_text()
+        assert text.index("CUDA out of memory") < text.index("plain failure")  # appended
+
+    def test_memory_beyond_the_limit_ends_the_job(self, target: ContractTarget) -> None:
+        wd = target.workdir()
+        run: dict[str, Any] = {
+            "workdir": str(wd),
+            "environment": {"PATH": "/usr/bin:/bin"},
+            "mem_per_gpu_mb": 256,
+        }
+        grab = "python3 -c 'b = bytearray({n} << 20); print(len(b))'"
+        small = target.spec(grab.format(n=16), **run)
+        big = target.spec(grab.format(n=1024), **run)
+        target.submit(small)
+        target.submit(big)
+        assert target.wait_ended(small).state is RunState.COMPLETED
+        assert target.wait_ended(big).state in (RunState.FAILED, RunState.OOM)
+
+    def test_a_working_directory_that_does_not_exist_fails_with_the_reason(
+        self, target: ContractTarget
+    ) -> None:
+        missing = target.shared_dir / f"missing-{uuid.uuid4().hex[:8]}"
+        spec = target.spec("true", workdir=str(missing), environment={})
+        reason = "the working directory: No such file or directory"
+        try:
+            target.submit(spec)
+        except SubmitRefused as exc:  # refused at once (Slurm: checked before sbatch)
+            assert reason in str(exc)
+            return
+        info = target.wait_ended(spec)  # or a run that fails to start (local)
+        assert info.state is RunState.FAILED
+        assert info.reason is not None and reason in info.reason

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -381,3 +383,49 @@ def test_ended_runs_are_read_from_their_files_once_not_on_every_observation(
     wait_end(ex, "new")
     ex.runs()
     assert set(loaded) <= {run_key("new", 1)}
+
+
+class TestOwnersRun:
+    """Jobs with a working directory (revision 0003 on): limits and private state."""
+
+    def test_cpus_per_gpu_pins_the_job_and_free_cpus_go_first(
+        self, state_dir: Path, tmp_path: Path
+    ) -> None:
+        usable = sorted(os.sched_getaffinity(0))
+        if len(usable) < 2:
+            pytest.skip("needs two CPUs to tell pinning from no pinning")
+        ex = LocalExecutor(state_dir, gpus=gpus())
+        flag = tmp_path / "go"
+        cmd = (
+            f"grep Cpus_allowed_list /proc/self/status; while [ ! -e {flag} ]; do sleep 0.05; done"
+        )
+        for job in ("c1", "c2"):
+            owners = dataclasses.replace(
+                spec(job, cmd),
+                cpus_per_gpu=1,
+                workdir=str(tmp_path),
+                environment={"PATH": "/usr/bin:/bin"},
+            )
+            ex.submit(owners)
+        flag.touch()
+        seen = []
+        for job in ("c1", "c2"):
+            assert wait_end(ex, job).state is RunState.COMPLETED
+            seen.append(ex.log(job, 1).split()[-1])
+        assert all("," not in s and "-" not in s for s in seen), seen  # one CPU each
+        assert seen[0] != seen[1]  # the second run took the CPU nobody held
+
+    def test_the_state_directory_and_its_records_are_the_services_alone(
+        self, state_dir: Path, tmp_path: Path
+    ) -> None:
+        state_dir.mkdir(mode=0o755)  # an existing, looser directory is tightened
+        state_dir.chmod(0o755)
+        ex = LocalExecutor(state_dir, gpus=gpus())
+        ex.submit(dataclasses.replace(spec("s", "true"), workdir=str(tmp_path), environment={}))
+        wait_end(ex, "s")
+        assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE((state_dir / "runs").stat().st_mode) == 0o700
+        for path in [state_dir / "lock", *(state_dir / "runs").iterdir()]:
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+        out = tmp_path / "jpushare-s.out"
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600

@@ -259,3 +259,54 @@ def test_the_log_is_the_runs_output_file(tmp_path: Path) -> None:
     ex.log_dir.mkdir()
     ex.log_path("42", 2).write_text("hello\n")
     assert ex.log("42", 2) == "hello\n"
+
+
+def test_a_job_with_a_directory_gets_its_files_environment_and_resources(
+    tmp_path: Path,
+) -> None:
+    slurm = ScriptedSlurm({"squeue": ok(), "sbatch": ok("78\n")})
+    ex = make(tmp_path, slurm, submit_as_user=False, env={"JPUSHARE_DATABASE_URL": "x"})
+    wd = tmp_path / "proj"
+    wd.mkdir()
+    ex.submit(
+        spec(
+            workdir=str(wd),
+            environment={"MYVAR": "1", "SBATCH_QOS": "high", "SLURM_JOB_ID": "9"},
+            output="run-%j.%a-%u.log",
+            error="/abs/e%%-%j.txt",
+            cpus_per_gpu=6,
+            mem_per_gpu_mb=16384,
+        )
+    )
+    (argv,) = slurm.argv("sbatch")
+    assert f"--chdir={wd}" in argv
+    # %j and %a are ours (Slurm's %j is its own id); every other % is escaped for sbatch.
+    assert f"--output={wd}/run-42.2-%%u.log" in argv
+    assert "--error=/abs/e%%-42.txt" in argv
+    assert "--open-mode=append" in argv
+    assert "--cpus-per-gpu=6" in argv and "--mem-per-gpu=16384M" in argv
+    assert not any(a.startswith("--uid") for a in argv)
+    env = slurm.calls[-1][2]
+    assert env["MYVAR"] == "1" and env["SLURM_UMASK"] == "0077"
+    assert "SBATCH_QOS" not in env and "SLURM_JOB_ID" not in env  # cannot steer sbatch
+    assert "JPUSHARE_DATABASE_URL" not in env
+    assert {"HOME", "USER", "LOGNAME", "SHELL"} <= set(env)
+
+
+def test_as_root_the_owners_uid_and_gid_go_to_sbatch(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm({"squeue": ok(), "sbatch": ok("79\n")})
+    ex = make(tmp_path, slurm, submit_as_user=True)
+    ex.submit(spec(unix_user="root", workdir="/", environment={}))
+    (argv,) = slurm.argv("sbatch")
+    assert "--uid=0" in argv and "--gid=0" in argv
+    with pytest.raises(SubmitRefused, match="does not exist"):
+        ex.submit(spec(job_id="43", unix_user="jpst-no-such-user", workdir="/"))
+    assert len(slurm.argv("sbatch")) == 1
+
+
+def test_a_missing_directory_is_refused_before_sbatch(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm({"squeue": ok(), "sbatch": ok("80\n")})
+    ex = make(tmp_path, slurm, submit_as_user=False)
+    with pytest.raises(SubmitRefused, match="No such file or directory"):
+        ex.submit(spec(workdir=str(tmp_path / "nope"), environment={}))
+    assert slurm.argv("sbatch") == []

@@ -155,3 +155,31 @@ def test_a_user_is_a_unix_account_checked_when_added(
     lines = out.splitlines()
     assert lines[0].split() == ["USER", "LAB", "ROLE", "UNIX_USER"]
     assert [line.split() for line in lines[1:]] == [["ivy", "alpha", "student", "root"]]
+
+
+def test_tiers_get_cpu_and_memory_defaults_from_the_cluster_file_and_tier_set(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url, cluster = cli
+    text = cluster.read_text().replace(
+        "{name: rtx4090, tflops: 82.6,",
+        "{name: rtx4090, cpus_per_gpu: 8, mem_per_gpu: 32G, tflops: 82.6,",
+    )
+    assert "cpus_per_gpu: 8" in text
+    cluster.write_text(text)
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    code, out, _ = run(capsys, "admin", "tier", "set", "rtx3080ti", "--cpus-per-gpu", "4")
+    assert code == 0 and "per GPU 4 CPUs, -" in out
+    code, out, _ = run(capsys, "admin", "tier", "set", "rtx3080ti", "--mem-per-gpu", "12G")
+    assert code == 0 and "per GPU 4 CPUs, 12G" in out
+    code, out, _ = run(capsys, "admin", "tier", "set", "rtx4090", "--cpus-per-gpu", "none")
+    assert code == 0
+    code, _, err = run(capsys, "admin", "tier", "set", "rtx4090", "--mem-per-gpu", "1M")
+    assert code == 1 and "mem_per_gpu_mb" in err
+    engine = store.make_engine(url)
+    with store.make_sessionmaker(engine)() as s:
+        tiers = {t.name: (t.cpus_per_gpu, t.mem_per_gpu_mb) for t in store.list_tiers(s)}
+    engine.dispose()
+    assert tiers == {"rtx4090": (None, 32768), "rtx3080ti": (4, 12288)}
+    code, out, _ = run(capsys, "admin", "tier", "list")
+    assert "CPUS_PER_GPU" in out and "32G" in out

@@ -154,3 +154,13 @@ def test_the_prefix_check_is_skipped_when_slurm_does_not_answer(
 ) -> None:
     down = CommandResult(1, "", "slurm_load_jobs error: Unable to contact slurm controller")
     check_foreign_runs(SlurmExecutor(tmp_path, runner=ScriptedSlurm({"squeue": down})), sessions)
+
+
+@pytest.mark.parametrize(("text", "want"), [("", None), ("yes", True), ("NO", False), ("1", True)])
+def test_submitting_as_the_owner_is_a_setting_defaulting_to_root(
+    text: str, want: bool | None
+) -> None:
+    s = load_settings({"JPUSHARE_SLURM_SUBMIT_AS_USER": text})
+    assert s.slurm_submit_as_user is want
+    with pytest.raises(ConfigError, match="JPUSHARE_SLURM_SUBMIT_AS_USER"):
+        load_settings({"JPUSHARE_SLURM_SUBMIT_AS_USER": "maybe"})

@@ -53,7 +53,17 @@ def test_a_realistic_cycle_is_recorded_and_a_second_application_changes_nothing(
     assert recorded.applied == decisions.actions and recorded.skipped == ()
     assert recorded.dispatched == (
         store.DispatchedJob(
-            one, 1, "alice-1", "python train.py", "alice", "node-b", "rtx4090", "p4090", 1, None
+            one,
+            1,
+            "alice-1",
+            "python train.py",
+            "alice",
+            "node-b",
+            "rtx4090",
+            "p4090",
+            1,
+            None,
+            unix_user="alice",
         ),
     )
     with world.sessions.begin() as s:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from jpushare import run_settings as job_run
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
 from jpushare.store.records import (
     JobRecord,
@@ -87,6 +88,37 @@ class JobCreate(_In):
     num_gpus: GpuCount
     min_tier: Name | None = Field(default=None, description="the weakest GPU tier it may use")
     time_limit_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
+    workdir: Annotated[str, AfterValidator(job_run.check_workdir)] | None = Field(
+        default=None,
+        description="absolute directory it runs in (sbatch --chdir); none: the service's, "
+        "with the service's environment, as jobs before revision 0003",
+    )
+    environment: Annotated[dict[str, str], AfterValidator(job_run.check_environment)] | None = (
+        Field(default=None, description="its environment exactly (sbatch --export); needs workdir")
+    )
+    output_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
+        default=None, description="stdout file, %j job id, %a attempt (default jpushare-%j.out)"
+    )
+    error_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
+        default=None, description="stderr file (default: with stdout)"
+    )
+    cpus_per_gpu: (
+        Annotated[int, Field(ge=job_run.MIN_CPUS_PER_GPU, le=job_run.MAX_CPUS_PER_GPU)] | None
+    ) = Field(default=None, description="default: its tier's")
+    mem_per_gpu_mb: (
+        Annotated[int, Field(ge=job_run.MIN_MEM_PER_GPU_MB, le=job_run.MAX_MEM_PER_GPU_MB)] | None
+    ) = Field(default=None, description="MiB; default: its tier's")
+
+    def run(self) -> job_run.JobRun:
+        """How it asks to run, for the store."""
+        return job_run.JobRun(
+            workdir=self.workdir,
+            environment=self.environment,
+            output_path=self.output_path,
+            error_path=self.error_path,
+            cpus_per_gpu=self.cpus_per_gpu,
+            mem_per_gpu_mb=self.mem_per_gpu_mb,
+        )
 
 
 class ReservationPublic(BaseModel):
@@ -135,6 +167,14 @@ class JobPublic(BaseModel):
     reservation_cost_tflop_s: float
     charged_tflop_s: float = Field(description="how much of its bill has reached its lab")
     reservation: ReservationPublic | None
+    workdir: str | None = None
+    output_path: str | None = None
+    error_path: str | None = None
+    cpus_per_gpu: int | None = Field(default=None, description="asked for; null: the tier's")
+    mem_per_gpu_mb: int | None = None
+    environment: dict[str, str] | None = Field(
+        default=None, description="only in GET /v1/jobs/{id}"
+    )
 
 
 class JobsPublic(BaseModel):
@@ -147,6 +187,11 @@ class LogPublic(BaseModel):
     job_id: int
     attempt: int
     log: str
+    stream: Literal["output", "error"] = "output"
+    path: str | None = Field(default=None, description="the file read (jobs with a workdir)")
+    offset: int = Field(default=0, description="where `log` begins in the file")
+    next_offset: int = Field(default=0, description="pass as offset to read what follows")
+    state: str | None = Field(default=None, description="the job's state when read")
 
 
 # --- why and the queue ---------------------------------------------------------------------
@@ -497,7 +542,9 @@ class ErrorPublic(BaseModel):
 # --- records -> public ----------------------------------------------------------------------
 
 
-def job_public(job: JobRecord, tier_by_order: dict[int, str]) -> JobPublic:
+def job_public(
+    job: JobRecord, tier_by_order: dict[int, str], *, environment: bool = False
+) -> JobPublic:
     reservation = None
     if job.reserved_gpus > 0 and job.reserved_node_name and job.reserved_tier_name:
         reservation = ReservationPublic(
@@ -532,6 +579,12 @@ def job_public(job: JobRecord, tier_by_order: dict[int, str]) -> JobPublic:
         reservation_cost_tflop_s=job.reservation_gpu_seconds,
         charged_tflop_s=job.charged_tflop_s,
         reservation=reservation,
+        workdir=job.workdir,
+        output_path=job.output_path,
+        error_path=job.error_path,
+        cpus_per_gpu=job.cpus_per_gpu,
+        mem_per_gpu_mb=job.mem_per_gpu_mb,
+        environment=job.environment if environment else None,
     )
 
 

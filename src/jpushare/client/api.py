@@ -149,12 +149,25 @@ class Client:
         *,
         min_tier: str | None = None,
         time_limit_s: float | None = None,
+        workdir: str | None = None,
+        environment: dict[str, str] | None = None,
+        output_path: str | None = None,
+        error_path: str | None = None,
+        cpus_per_gpu: int | None = None,
+        mem_per_gpu_mb: int | None = None,
     ) -> JSON:
         body: JSON = {"name": name, "command": command, "num_gpus": num_gpus}
-        if min_tier is not None:
-            body["min_tier"] = min_tier
-        if time_limit_s is not None:
-            body["time_limit_s"] = time_limit_s
+        optional = {
+            "min_tier": min_tier,
+            "time_limit_s": time_limit_s,
+            "workdir": workdir,
+            "environment": environment,
+            "output_path": output_path,
+            "error_path": error_path,
+            "cpus_per_gpu": cpus_per_gpu,
+            "mem_per_gpu_mb": mem_per_gpu_mb,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
         result: JSON = self._call("POST", "/v1/jobs", json=body)
         return result
 
@@ -189,8 +202,15 @@ class Client:
         result: JSON = self._call("GET", f"/v1/jobs/{job_id}/why")
         return result
 
-    def log(self, job_id: int, attempt: int | None = None) -> JSON:
-        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/log", params={"attempt": attempt})
+    def log(
+        self, job_id: int, attempt: int | None = None, *, stderr: bool = False, offset: int = 0
+    ) -> JSON:
+        params: dict[str, Any] = {"attempt": attempt}
+        if stderr:
+            params["stderr"] = "true"
+        if offset:
+            params["offset"] = offset
+        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/log", params=params)
         return result
 
     # --- the cluster -----------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """The users' commands of `jpushare`, talking to the REST API with `Client`.
 
-    jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit S] -- CMD…
+    jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit S]
+                    [--chdir DIR] [--export ALL|NONE|VAR[,VAR=value…]]
+                    [--output PATH] [--error PATH] [--cpus-per-gpu N] [--mem-per-gpu SIZE]
+                    -- CMD…
     jpushare jobs [--state S]... [--lab L] [--mine] [--limit N]
     jpushare queue [--limit N]
     jpushare why JOB
     jpushare cancel JOB
-    jpushare log JOB [--attempt N]
+    jpushare log JOB [--attempt N] [--stderr] [--follow]
     jpushare labs | placements | tiers
     jpushare stats [--since 7d]
 
@@ -16,7 +19,9 @@ request carries a fresh MUNGE credential instead: the service knows you by your 
 account; a configured token wins over MUNGE. Output is a table or a sentence a person can
 read; times are relative ("3m ago"). `submit -- CMD…`: one argument is taken as a shell
 command as is (`-- 'python a.py && echo done'`), several are quoted and joined
-(`-- python a.py --lr 0.1`).
+(`-- python a.py --lr 0.1`). Like sbatch, `submit` sends the current directory (`--chdir`)
+and environment (`--export`, default ALL; the client's own JPUSHARE_* settings, e.g. the
+token, are left out unless named): the job runs there, with them, as you.
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
 `error CODE: message`); 2 bad usage.
@@ -29,13 +34,16 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.memory_sizes import parse_mem_mb
 from jpushare.munge import default_munge
+from jpushare.run_settings import ENV_NAME
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -159,6 +167,12 @@ def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -
         args.gpus,
         min_tier=args.min_tier,
         time_limit_s=args.time_limit,
+        workdir=os.path.abspath(args.chdir or os.getcwd()),
+        environment=export_environment(args.export, os.environ),
+        output_path=args.output,
+        error_path=args.error,
+        cpus_per_gpu=args.cpus_per_gpu,
+        mem_per_gpu_mb=args.mem_per_gpu,
     )
     if not args.json:
         tier = f", tier >= {job['min_tier']}" if job.get("min_tier") else ""
@@ -271,16 +285,76 @@ def _cancel(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -
     return job
 
 
+def export_environment(spec: str, env: Mapping[str, str]) -> dict[str, str]:
+    """sbatch's --export: `ALL` (every variable), `NONE`, or `[ALL,]VAR[,VAR=value…]`.
+
+    ALL leaves out the client's own JPUSHARE_* settings (the token must not reach the
+    job's record, which the lab's PI can read) and names no shell takes (exported bash
+    functions); a variable named in the list is sent whatever its name."""
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    if not items:
+        raise UsageError("--export needs ALL, NONE or variable names")
+    out: dict[str, str] = {}
+    if items[0].upper() == "NONE" and len(items) == 1:
+        return out
+    if items[0].upper() == "ALL":
+        out = {
+            k: v
+            for k, v in env.items()
+            if ENV_NAME.fullmatch(k) and not k.startswith("JPUSHARE_") and "\x00" not in v
+        }
+        items = items[1:]
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not ENV_NAME.fullmatch(name):
+            raise UsageError(f"--export: {name!r} is not a variable name")
+        if eq:
+            out[name] = value
+        elif name in env:
+            out[name] = env[name]
+    return out
+
+
+_LIVE = ("DISPATCHED", "RUNNING")
+
+
 def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.log(args.job, args.attempt)
-    if not args.json:
-        if result["attempt"] == 0:
-            print(f"(job {result['job_id']} has not run yet: no log)", file=out)
-        else:
-            out.write(result["log"])
-            if result["log"] and not result["log"].endswith("\n"):
-                out.write("\n")
+    result = api.log(args.job, args.attempt, stderr=args.stderr)
+    if args.json:
+        return result
+    if result["attempt"] == 0:
+        print(f"(job {result['job_id']} has not run yet: no log)", file=out)
+        return result
+    if not result["log"] and result.get("state") in _LIVE:
+        print(f"(job {result['job_id']} has no output yet)", file=out, flush=True)
+    _write(out, result["log"])
+    if not args.follow:
+        _end_line(out, result["log"])
+        return result
+    shown, last = result["log"], result["log"]
+    while result.get("state") in _LIVE or result["log"]:
+        time.sleep(args.poll)
+        offset = result["next_offset"] if result.get("path") else 0
+        result = api.log(args.job, result["attempt"], stderr=args.stderr, offset=offset)
+        text = result["log"]
+        if not result.get("path"):  # a job from before revision 0003: the whole tail again
+            text = text[len(shown) :] if text.startswith(shown) else text
+            shown = result["log"]
+            result["log"] = text
+        _write(out, text)
+        last = text or last
+    _end_line(out, last)
     return result
+
+
+def _write(out: TextIO, text: str) -> None:
+    out.write(text)
+    out.flush()
+
+
+def _end_line(out: TextIO, text: str) -> None:
+    if text and not text.endswith("\n"):
+        out.write("\n")
 
 
 def _labs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
@@ -445,6 +519,23 @@ def _positive(raw: str) -> float:
     return value
 
 
+def _cpus(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU count: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 CPU per GPU, not {value}")
+    return value
+
+
+def _mem(raw: str) -> int:
+    try:
+        return parse_mem_mb(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("connection and output")
@@ -508,6 +599,24 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-tier", metavar="T", help="the weakest GPU tier it may run on")
     p.add_argument("--name", metavar="NAME", help="default: the command's first word")
     p.add_argument("--time-limit", type=_positive, metavar="S", help="runtime limit, seconds")
+    p.add_argument("--chdir", "-D", metavar="DIR", help="where it runs (default: here)")
+    p.add_argument(
+        "--export",
+        default="ALL",
+        metavar="ALL|NONE|VAR[,VAR=value…]",
+        help="its environment, as sbatch's --export (default ALL: this one)",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="stdout file: %%j job, %%a attempt (default jpushare-%%j.out in its directory)",
+    )
+    p.add_argument("--error", "-e", metavar="PATH", help="stderr file (default: with stdout)")
+    p.add_argument("--cpus-per-gpu", type=_cpus, metavar="N", help="default: the tier's")
+    p.add_argument(
+        "--mem-per-gpu", type=_mem, metavar="SIZE", help="e.g. 16G (default: the tier's)"
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command")
 
     p = add("jobs", _jobs, "list jobs, newest first")
@@ -528,6 +637,9 @@ def register(subparsers: Any) -> None:
         p.add_argument("job", type=_job_id, metavar="JOB", help="the job id")
         if name == "log":
             p.add_argument("--attempt", type=int, metavar="N", help="default: the last")
+            p.add_argument("--stderr", action="store_true", help="its error file (--error)")
+            p.add_argument("--follow", "-f", action="store_true", help="until the job ends")
+            p.add_argument("--poll", type=_positive, default=1.0, help=argparse.SUPPRESS)
 
     add("labs", _labs, "labs and their usage, least first (the fair-share order)")
     add("placements", _placements, "GPUs per node and tier: busy, reserved, idle")

@@ -479,6 +479,13 @@ def _launch_of(deps: CycleDeps, row: DispatchedJob) -> _Launch:
             partition=row.partition,
             user=row.user_name,
             time_limit_s=row.time_limit_s,
+            unix_user=row.unix_user,
+            workdir=row.workdir,
+            environment=row.environment,
+            output=row.output_path,
+            error=row.error_path,
+            cpus_per_gpu=row.cpus_per_gpu,
+            mem_per_gpu_mb=row.mem_per_gpu_mb,
         ),
     )
 

@@ -6,9 +6,13 @@ the dataclasses here are plain values. Times are UNIX seconds (float, UTC).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
+
+# The job's own JPU-Share variables, set by every executor on top of the job's environment.
+JOB_VARIABLES = ("JPUSHARE_JOB_ID", "JPUSHARE_ATTEMPT", "JPUSHARE_JOB_NAME", "JPUSHARE_NODE")
 
 
 class NodeState(StrEnum):
@@ -53,7 +57,16 @@ class RunState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """What the dispatcher asks an executor to start."""
+    """What the dispatcher asks an executor to start.
+
+    `workdir` None marks a job from before revision 0003: it runs in the executor's own
+    directory with the service's environment less its JPUSHARE_* settings, its output in
+    the executor's log (as it always did). Otherwise the job runs in `workdir` with exactly
+    `environment` (plus the account's HOME/USER/LOGNAME/SHELL, CUDA_VISIBLE_DEVICES and the
+    JOB_VARIABLES), its output in `output` / `error` (patterns with %j and %a, relative to
+    `workdir`; error None: with stdout). `unix_user` is the account it runs as where the
+    service may switch accounts (root); CPUs and memory are per GPU, None: no limit.
+    """
 
     job_id: str  # JPU-Share's job id; the executor attaches it so a restart can find the job
     attempt: int  # 1, 2, … (OOM retries); with job_id it names the run uniquely
@@ -65,6 +78,13 @@ class LaunchSpec:
     partition: str | None = None
     user: str | None = None
     time_limit_s: float | None = None
+    unix_user: str | None = None
+    workdir: str | None = None
+    environment: Mapping[str, str] | None = None
+    output: str | None = None
+    error: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_mb: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +135,8 @@ class Executor(Protocol):
         ...
 
     def log(self, job_id: str, attempt: int) -> str:
-        """The run's output so far ('' if none)."""
+        """The run's output so far ('' if none): for a job with a `workdir`, its output
+        file as its owner can read it."""
         ...
 
 

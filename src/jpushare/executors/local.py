@@ -1,27 +1,48 @@
-"""The local executor: every job is a bash process group on this one workstation.
+"""The local executor: every job is a process group on this one workstation, run as its owner.
 
 For labs whose cluster is one GPU machine, and for running the service without Slurm. A run
 gets the lowest free GPU indices of its placement in CUDA_VISIBLE_DEVICES (with
 CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are NVML's and nvidia-smi's indices), plus
-JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME and JPUSHARE_NODE. The service's own
-JPUSHARE_* variables (database URL …) are not passed on. Every job runs as the service's
-user: `LaunchSpec.user` is recorded, not switched to.
+JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME and JPUSHARE_NODE.
+
+Who, where, with what (`LaunchSpec.workdir` set, i.e. jobs from revision 0003 on): when the
+service runs as root, the job runs as `LaunchSpec.unix_user` (uid, gid, supplementary
+groups; HOME, USER, LOGNAME, SHELL of that account); otherwise as the service's own account.
+It runs in its working directory with exactly the environment it was submitted with (never
+the service's), its stdout/stderr appended to files the owner creates with umask 077
+(default `jpushare-<job>.out` in the working directory). It is pinned to `cpus_per_gpu` x
+GPUs CPUs (sched_setaffinity; CPUs are shared only when there are not enough free ones) and
+each of its processes may hold at most `mem_per_gpu_mb` x GPUs of data (RLIMIT_DATA: CUDA
+reserves far more address space than memory, so RLIMIT_AS would break it). Nothing else is
+isolated: not the network, not the other GPUs (CUDA_VISIBLE_DEVICES only hides them), not
+processes that leave their process group. A job from before revision 0003 runs as it always
+did (the executor's directory, the service's environment less its JPUSHARE_* settings, its
+output in the state directory), except that under a root service it runs as its owner with
+only PATH and the account's variables.
+
+The wrapper that starts a job (`local_run.py`) stays the service's account, like Slurm's
+slurmstepd, so it can write the run's files here; the job is its child and has dropped
+every privilege before `exec`. A job that cannot start (no such account, working directory
+missing or not enterable, output file not writable) ends FAILED with the reason.
 
 Nothing about a run lives only in memory, so a restarted service (or a second executor
-instance over the same state directory) finds every run again. Layout of `state_dir/runs/`,
-one set of files per run, named by its key `<job id, %-quoted>.<attempt>`, which is also its
-executor id:
+instance over the same state directory) finds every run again. The state directory is 0700
+and its files 0600 (the jobs cannot read it). Layout of `state_dir/runs/`, one set of files
+per run, named by its key `<job id, %-quoted>.<attempt>`, which is also its executor id:
 
-- `<key>.json`: the record — the launch spec, the GPU indices it holds, its process group
-  and its leader's start time, a stop request, and the outcome once it ended. Written
-  atomically (temporary file, fsync, rename) before the process starts, so a crash between
-  accepting and starting cannot hide a run from the next `submit` (idempotent by key).
-- `<key>.pid`: written by the run's bash wrapper as soon as it starts: its pid, which is the
+- `<key>.json`: the record — the launch (account, directory, environment, files, limits),
+  the GPU indices and CPUs it holds, its process group and its leader's start time, a stop
+  request, and the outcome once it ended. Written atomically (temporary file, fsync,
+  rename) before the process starts, so a crash between accepting and starting cannot hide
+  a run from the next `submit` (idempotent by key).
+- `<key>.pid`: written by the run's wrapper as soon as it starts: its pid, which is the
   process group id. Its mtime is the run's `started_at`.
 - `<key>.exit`: written by the wrapper when the command ends: the exit code. Its mtime is
   `ended_at`. The wrapper traps TERM/INT/HUP, so it survives a cancel's SIGTERM long enough
   to write the code; any executor instance can read it, parent or not.
-- `<key>.log`: the job's stdout and stderr.
+- `<key>.error`: why the job could not start, when it could not.
+- `<key>.runner`: what the wrapper itself printed (its own failures, never the job's).
+- `<key>.log`: the output of a job from before revision 0003.
 
 `state_dir/lock` is flock-ed around every submit, cancel and observation, so two processes
 never start one run twice or hand one GPU to two runs.
@@ -35,9 +56,10 @@ How a run's state is read (`runs`, `find` and `inventory` observe; there is no t
    the background are killed, as Slurm does at the end of a job. A cancel or an exceeded
    time limit sends SIGTERM to the group, then SIGKILL after `cancel_grace_s`.
 3. the group is gone: CANCELLED or TIMEOUT when we stopped it; else by exit code — 0
-   COMPLETED; non-zero OOM when the log's tail reports a CUDA out-of-memory (SPEC §5), else
-   FAILED; no exit code at all FAILED (killed from outside), or NODE_FAIL when the machine
-   rebooted under it. The outcome is written into the record and never changes again.
+   COMPLETED; non-zero OOM when the output's tail (this attempt's part) reports a CUDA
+   out-of-memory (SPEC §5), else FAILED; no exit code at all FAILED (killed from outside),
+   or NODE_FAIL when the machine rebooted under it. The outcome is written into the record
+   and never changes again.
 """
 
 from __future__ import annotations
@@ -48,9 +70,12 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -61,6 +86,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from jpushare.executors.base import (
+    JOB_VARIABLES,
     GpuGroup,
     LaunchSpec,
     NodeState,
@@ -70,6 +96,12 @@ from jpushare.executors.base import (
 )
 from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
 from jpushare.executors.gpus import DeclaredGpus, LocalGpu, discover_gpus
+from jpushare.executors.output_files import (
+    OutputUnreadable,
+    file_size,
+    output_paths,
+    read_tail,
+)
 from jpushare.executors.process_groups import (
     boot_id,
     group_alive,
@@ -77,22 +109,20 @@ from jpushare.executors.process_groups import (
     signal_group,
     start_ticks,
 )
+from jpushare.unix_accounts import (
+    UnixAccount,
+    UnknownAccount,
+    can_switch_accounts,
+    resolve_account,
+    service_account,
+)
 
 log = logging.getLogger(__name__)
 
-# $1: the run's file prefix; $2: the job's command. The trap keeps the wrapper alive through
-# a SIGTERM to the group until the command has ended, so the exit code is always written
-# (a SIGKILL cannot be trapped: then there is no .exit file and the record's stop says why).
-# A trap with a handler, unlike an ignored signal, is not inherited by the command.
-_WRAPPER = r"""
-run="$1"
-printf '%s\n' "$$" > "$run.pid.tmp" && mv -f -- "$run.pid.tmp" "$run.pid"
-trap 'stopping=1' TERM INT HUP
-bash -c "$2"
-code=$?
-printf '%s\n' "$code" > "$run.exit.tmp" && mv -f -- "$run.exit.tmp" "$run.exit"
-exit "$code"
-"""
+_RUNNER = Path(__file__).with_name("local_run.py")
+# What the wrapper itself runs with (it is privileged: nothing of the job's or service's).
+_RUNNER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"  # a job submitted without PATH (--export=NONE)
 
 LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB
 _KEY = re.compile(r"^[A-Za-z0-9%._~-]*\.\d+$")
@@ -114,6 +144,11 @@ class _Record:
     boot_id: str | None
     user: str | None = None
     time_limit_s: float | None = None
+    # What the wrapper needs (local_run.py): account, directory, env, files, limits.
+    launch: dict[str, Any] | None = None
+    cpus: list[int] = field(default_factory=list)
+    output_offset: int = 0  # the output file's size when this attempt started (OOM scan)
+    error_offset: int = 0
     pgid: int | None = None
     leader_start_ticks: int | None = None
     started_at: float | None = None
@@ -219,11 +254,15 @@ class LocalExecutor:
         )
         self.state_dir = Path(state_dir)
         self.runs_dir = self.state_dir / "runs"
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.state_dir)
+        _private_dir(self.runs_dir)
+        self.switch_accounts = can_switch_accounts()
+        self._bash = shutil.which("bash") or "/bin/bash"
         self.cancel_grace_s = cancel_grace_s
         self.start_grace_s = start_grace_s
         self.workdir = Path(workdir) if workdir is not None else None
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self._service_account = service_account()
         self._clock = clock
         self._boot_id = boot_id()
         self._mutex = threading.RLock()
@@ -288,6 +327,7 @@ class LocalExecutor:
                 user=spec.user,
                 time_limit_s=spec.time_limit_s,
             )
+            self._prepare(rec, spec)
             self._save(rec)  # before the process exists: a crash now is retried, not lost
             try:
                 self._spawn(rec)
@@ -327,24 +367,30 @@ class LocalExecutor:
             self._request_stop(rec, "cancel", self._clock())
 
     def log(self, job_id: str, attempt: int) -> str:
-        path = self._paths(run_key(job_id, attempt))["log"]
+        """The run's output (its owner's file, read as the owner), at most the last 8 MiB."""
+        key = run_key(job_id, attempt)
+        with self._locked():
+            rec = self._load(key)
+        path, account = str(self._paths(key)["log"]), None
+        if rec is not None and rec.launch is not None and not rec.launch["output_by_service"]:
+            path, account = rec.launch["output"], _account_of(rec.launch)
         try:
-            with path.open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - LOG_TAIL_BYTES))
-                data = f.read()
-        except OSError:
+            tail = read_tail(path, account, LOG_TAIL_BYTES)
+        except OutputUnreadable as exc:
+            return f"[the output cannot be read: {exc}]\n"
+        if tail is None:
             return ""
-        text = data.decode("utf-8", errors="replace")
-        if size > LOG_TAIL_BYTES:
-            text = f"[… {size - LOG_TAIL_BYTES} earlier bytes not shown]\n" + text
+        text = tail.data.decode("utf-8", errors="replace")
+        if tail.begin > 0:
+            text = f"[… {tail.begin} earlier bytes not shown]\n" + text
         return text
 
     # --- files and locking ---------------------------------------------------------------
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with self._mutex, (self.state_dir / "lock").open("a") as lock_file:
+        lock_fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        with self._mutex, os.fdopen(lock_fd, "r+") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
                 yield
@@ -353,9 +399,8 @@ class LocalExecutor:
 
     def _paths(self, key: str) -> dict[str, Path]:
         base = self.runs_dir / key
-        return {ext: base.with_name(f"{key}.{ext}") for ext in ("json", "log", "pid", "exit")} | {
-            "prefix": base
-        }
+        exts = ("json", "log", "pid", "exit", "error", "runner")
+        return {ext: base.with_name(f"{key}.{ext}") for ext in exts} | {"prefix": base}
 
     def _load(self, key: str) -> _Record | None:
         try:
@@ -377,7 +422,10 @@ class LocalExecutor:
 
     def _held(self) -> set[tuple[str, int]]:
         """(node, GPU index) of every run that has not ended, started or not."""
-        held: set[tuple[str, int]] = set()
+        return {(rec.node, i) for rec in self._unended() for i in rec.gpu_indices}
+
+    def _unended(self) -> list[_Record]:
+        out = []
         for key in self._keys():
             if key in self._final:
                 continue
@@ -387,31 +435,95 @@ class LocalExecutor:
             if rec.state is not None:
                 self._cache_final(rec)
             else:
-                held.update((rec.node, i) for i in rec.gpu_indices)
-        return held
+                out.append(rec)
+        return out
+
+    def _pick_cpus(self, count: int) -> list[int]:
+        """`count` CPUs this process may use, the ones fewest unended runs hold first (so
+        runs share CPUs only when there are not enough free ones)."""
+        usable = sorted(os.sched_getaffinity(0))
+        load = dict.fromkeys(usable, 0)
+        for rec in self._unended():
+            for cpu in rec.cpus:
+                if cpu in load:
+                    load[cpu] += 1
+        return sorted(sorted(usable, key=lambda c: (load[c], c))[:count])
+
+    def _prepare(self, rec: _Record, spec: LaunchSpec) -> None:
+        """Fill the record's launch: who, where, with what (SubmitRefused if no account)."""
+        key = run_key(rec.job_id, rec.attempt)
+        account: UnixAccount | None = None
+        # The dispatcher always names the owner's account; a spec without one (tests, tools)
+        # runs as the service's account, as every job does under a service that is not root.
+        if self.switch_accounts and spec.unix_user is not None:
+            try:
+                account = resolve_account(spec.unix_user)
+            except UnknownAccount as exc:
+                raise SubmitRefused(str(exc)) from exc
+        runs_as = account or self._service_account
+        job_vars = {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in rec.gpu_indices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "JPUSHARE_JOB_ID": rec.job_id,
+            "JPUSHARE_ATTEMPT": str(rec.attempt),
+            "JPUSHARE_JOB_NAME": rec.name,
+            "JPUSHARE_NODE": rec.node,
+        }
+        assert set(JOB_VARIABLES) <= set(job_vars)
+        launch: dict[str, Any] = {
+            "command": rec.command,
+            "bash": self._bash,
+            "account": None if account is None else _account_dict(account),
+        }
+        if spec.workdir is None:  # before revision 0003: as it always ran
+            if account is None:
+                env = {k: v for k, v in self._base_env.items() if not k.startswith("JPUSHARE_")}
+            else:
+                env = {"PATH": _DEFAULT_PATH, **account.login_env()}
+            launch |= {
+                "workdir": None,  # the wrapper starts in the executor's directory
+                "output": str(self._paths(key)["log"]),
+                "error": None,
+                "output_by_service": True,
+            }
+        else:
+            env = dict(spec.environment or {})
+            env.setdefault("PATH", _DEFAULT_PATH)
+            env |= runs_as.login_env()
+            files = output_paths(spec.workdir, spec.output, spec.error, rec.job_id, rec.attempt)
+            launch |= {
+                "workdir": spec.workdir,
+                "output": files.output,
+                "error": files.error,
+                "output_by_service": False,
+            }
+            # Where this attempt's output begins (earlier attempts' output stays above it).
+            rec.output_offset = file_size(files.output)
+            rec.error_offset = 0 if files.error is None else file_size(files.error)
+        launch["env"] = env | job_vars
+        if spec.cpus_per_gpu is not None:
+            rec.cpus = self._pick_cpus(spec.cpus_per_gpu * spec.num_gpus)
+            launch["cpus"] = rec.cpus
+        if spec.mem_per_gpu_mb is not None:
+            launch["mem_bytes"] = spec.mem_per_gpu_mb * spec.num_gpus << 20
+        rec.launch = launch
 
     # --- starting, stopping, observing ---------------------------------------------------
 
     def _spawn(self, rec: _Record) -> None:
         key = run_key(rec.job_id, rec.attempt)
         paths = self._paths(key)
-        env = {k: v for k, v in self._base_env.items() if not k.startswith("JPUSHARE_")}
-        env.update(
-            CUDA_VISIBLE_DEVICES=",".join(str(i) for i in rec.gpu_indices),
-            CUDA_DEVICE_ORDER="PCI_BUS_ID",
-            JPUSHARE_JOB_ID=rec.job_id,
-            JPUSHARE_ATTEMPT=str(rec.attempt),
-            JPUSHARE_JOB_NAME=rec.name,
-            JPUSHARE_NODE=rec.node,
-        )
-        with paths["log"].open("ab") as out:
+        if rec.launch is None:  # accepted by a version before the wrapper took a launch
+            raise OSError(f"run {key} has no launch record (accepted by an older version)")
+        runner_fd = os.open(paths["runner"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(runner_fd, "ab") as runner_log:
             proc = subprocess.Popen(
-                ["bash", "-c", _WRAPPER, "jpushare-run", str(paths["prefix"]), rec.command],
+                [sys.executable, "-I", "-S", str(_RUNNER), str(paths["prefix"])],
                 stdin=subprocess.DEVNULL,
-                stdout=out,
+                stdout=runner_log,
                 stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.workdir,
+                env=_RUNNER_ENV,
+                cwd=self.workdir if rec.launch["workdir"] is None else None,
                 start_new_session=True,  # its own session and process group: pgid == pid
             )
         self._children[key] = proc
@@ -545,8 +657,10 @@ class LocalExecutor:
             rec.reason = "the job's processes ended without an exit code (killed from outside?)"
         elif exit_code == 0:
             state, rec.reason = RunState.COMPLETED, None
+        elif (not_started := _read_text(paths["error"])) is not None:
+            state, rec.reason = RunState.FAILED, not_started[:1000]
         else:
-            oom = find_cuda_oom(self._log_tail(paths["log"]))
+            oom = find_cuda_oom(self._output_tail(rec))
             if oom is not None:
                 state, rec.reason = RunState.OOM, oom[:300]
             else:
@@ -568,15 +682,28 @@ class LocalExecutor:
         self._final[run_key(rec.job_id, rec.attempt)] = info
         return info
 
-    @staticmethod
-    def _log_tail(path: Path) -> str:
-        try:
-            with path.open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - OOM_SCAN_BYTES))
-                return f.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
+    def _output_tail(self, rec: _Record) -> str:
+        """What this attempt wrote at the end of its output and error files (read as the
+        job's owner: they are the owner's files)."""
+        launch = rec.launch
+        if launch is None:  # a run started by a version before launches
+            files = [(str(self._paths(run_key(rec.job_id, rec.attempt))["log"]), 0)]
+            account = None
+        else:
+            files = [(launch["output"], rec.output_offset)]
+            if launch.get("error") is not None:
+                files.append((launch["error"], rec.error_offset))
+            account = None if launch["output_by_service"] else _account_of(launch)
+        texts = []
+        for path, start in files:
+            try:
+                tail = read_tail(path, account, OOM_SCAN_BYTES, start)
+            except OutputUnreadable as exc:
+                log.warning("OOM check of %s: %s", path, exc)
+                continue
+            if tail is not None:
+                texts.append(tail.data.decode("utf-8", errors="replace"))
+        return "\n".join(texts)
 
     def _info(self, rec: _Record, state: RunState | None = None) -> RunInfo:
         now_state = RunState(rec.state) if rec.state is not None else state
@@ -595,3 +722,38 @@ class LocalExecutor:
             exit_code=rec.exit_code,
             reason=reason,
         )
+
+
+def _private_dir(path: Path) -> None:
+    """Create `path` for the service alone (0700); tighten it if it is ours and looser."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        path.chmod(0o700)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _account_dict(account: UnixAccount) -> dict[str, Any]:
+    return {
+        "name": account.name,
+        "uid": account.uid,
+        "gid": account.gid,
+        "groups": list(account.groups),
+        "home": account.home,
+        "shell": account.shell,
+    }
+
+
+def _account_of(launch: Mapping[str, Any]) -> UnixAccount | None:
+    raw = launch.get("account")
+    if raw is None:
+        return None
+    return UnixAccount(
+        raw["name"], raw["uid"], raw["gid"], tuple(raw["groups"]), raw["home"], raw["shell"]
+    )

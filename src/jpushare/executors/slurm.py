@@ -11,10 +11,22 @@ How a run maps onto Slurm:
 - placement: `--nodelist=<node> --gres=gpu:<GRES type>:<n> [--partition=<tier partition>]`;
 - `--no-requeue`: on a node failure Slurm would requeue the job still pinned to the dead
   node; instead it ends NODE_FAIL and the dispatcher requeues it (SPEC §5);
-- output: `<log_dir>/jps-<job_id>-<attempt>.out` (stdout and stderr); `log_dir` must be
-  visible from the compute nodes and from the service (a shared file system);
-- the job's environment: sbatch's (the service's, less its JPUSHARE_* settings) plus
-  JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME, JPUSHARE_NODE, as the local executor;
+- as whom: `--uid/--gid` of the owner's account (`LaunchSpec.unix_user`) when
+  `submit_as_user` (default: when the service runs as root; Slurm's SlurmUser may too), so
+  slurmd runs the job as the user inside Slurm's own isolation (cgroups, as configured);
+- where, with what (jobs with a `workdir`): `--chdir`, checked first as the owner (Slurm
+  would run the job in /tmp instead); the job's environment exactly, as sbatch's own
+  (`--export=ALL` of an sbatch started with it; SBATCH_*/SLURM_* input variables are
+  dropped so they cannot change the submission), the account's HOME/USER/LOGNAME/SHELL;
+  stdout/stderr in the owner's files (`--output/--error`, %j and %a substituted here, any
+  other % escaped, `--open-mode=append` as the local executor), which slurmd creates as
+  the owner; `--cpus-per-gpu`, `--mem-per-gpu`. `<log_dir>/<name>.run.json` remembers
+  where they are (for the OOM check and the log, across restarts);
+- jobs from before revision 0003: output `<log_dir>/jps-<job_id>-<attempt>.out`
+  (stdout and stderr), the service's environment less its JPUSHARE_* settings. `log_dir`
+  must be visible from the compute nodes and from the service (a shared file system);
+- every job gets JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME, JPUSHARE_NODE, as
+  with the local executor;
 - GRES types <-> tiers: `gpu_type_to_tier` (GRES type -> tier name, the dispatcher's
   mapping); a type that is not in it is its own tier name. `inventory` reports GRES types
   as Slurm names them; `submit` accepts a tier name or a GRES type in `spec.gpu_type`;
@@ -27,6 +39,7 @@ How a run maps onto Slurm:
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -45,6 +58,13 @@ from jpushare.executors.base import (
     SubmitRefused,
 )
 from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
+from jpushare.executors.output_files import (
+    OutputUnreadable,
+    cannot_enter,
+    file_size,
+    output_paths,
+    read_tail,
+)
 from jpushare.executors.slurm_parse import (
     SACCT_FORMAT,
     SINFO_FORMAT,
@@ -59,6 +79,13 @@ from jpushare.executors.slurm_parse import (
     run_name,
     run_state,
     sbatch_error,
+)
+from jpushare.unix_accounts import (
+    UnixAccount,
+    UnknownAccount,
+    can_switch_accounts,
+    resolve_account,
+    service_account,
 )
 
 
@@ -137,7 +164,7 @@ class SlurmExecutor:
         name_prefix: str = "jps",
         commands: SlurmCommands | None = None,
         sbatch_args: Sequence[str] = (),
-        submit_as_user: bool = False,
+        submit_as_user: bool | None = None,
         timeout_s: float = 30.0,
         env: Mapping[str, str] | None = None,
         runner: CommandRunner = run_command,
@@ -148,8 +175,9 @@ class SlurmExecutor:
         name_prefix: first word of the Slurm job names (one per JPU-Share installation).
         commands: paths to sbatch/squeue/sinfo/scancel.
         sbatch_args: extra sbatch options for every job (`--account=lab`, `--mem-per-gpu=…`).
-        submit_as_user: pass `--uid=<spec.user>` (needs root; Slurm <= 23.02) so the job
-            runs as the person who submitted it; otherwise jobs run as the service's user.
+        submit_as_user: pass `--uid/--gid` of `spec.unix_user` (root or SlurmUser; Slurm
+            <= 23.02) so the job runs as its owner; otherwise jobs run as the service's
+            user. None: when this process is root.
         timeout_s: how long one Slurm command may take.
         env: environment for the commands (default: this process's), e.g. SLURM_CONF.
         runner: how commands run (tests pass a fake).
@@ -158,7 +186,7 @@ class SlurmExecutor:
         self.name_prefix = name_prefix
         self.commands = commands or SlurmCommands()
         self.sbatch_args = tuple(sbatch_args)
-        self.submit_as_user = submit_as_user
+        self.submit_as_user = can_switch_accounts() if submit_as_user is None else submit_as_user
         self.timeout_s = timeout_s
         self._runner = runner
         self._gpu_type_to_tier = dict(gpu_type_to_tier or {})
@@ -182,14 +210,22 @@ class SlurmExecutor:
         # Slurm prints local times without a zone: make "local" UTC so they parse exactly
         # (no DST fold), and the standard ISO format whatever the user configured.
         self._env = {**base_env, "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+        # What sbatch itself needs from the service's environment for a job with its own.
+        self._sbatch_needs = {k: v for k, v in base_env.items() if k in ("SLURM_CONF", "PATH")}
 
     # ------------------------------------------------------------------ commands
 
     def _run(
-        self, argv: Sequence[str], stdin: str | None = None, *, submit: bool = False
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        *,
+        submit: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run one Slurm command; SlurmError if it cannot run or times out."""
-        env = self._submit_env if submit else self._env
+        if env is None:
+            env = self._submit_env if submit else self._env
         try:
             return self._runner(argv, stdin, env, self.timeout_s)
         except subprocess.TimeoutExpired as exc:
@@ -243,7 +279,10 @@ class SlurmExecutor:
         return groups
 
     def submit(self, spec: LaunchSpec) -> str:
-        """sbatch the run pinned to its placement, unless a run of that name exists already."""
+        """sbatch the run pinned to its placement, unless a run of that name exists already.
+
+        Refused (SubmitRefused) when the owner's account does not exist here or its working
+        directory cannot be entered by it, or when Slurm refuses the job."""
         if not _JOB_ID.fullmatch(spec.job_id):
             raise ValueError(f"job id {spec.job_id!r} has characters a Slurm job name cannot hold")
         name = run_name(self.name_prefix, spec.job_id, spec.attempt)
@@ -251,7 +290,15 @@ class SlurmExecutor:
         if existing is not None:
             return existing.slurm_id
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_path(spec.job_id, spec.attempt)
+        account = self._account(spec)
+        env: Mapping[str, str] | None = None
+        if spec.workdir is None:
+            where = [f"--output={self.log_path(spec.job_id, spec.attempt)}"]
+            if account is not None:  # not the service's environment under another account
+                env = self._job_env(spec, account)
+        else:
+            where = self._owner_run(spec, account, name)
+            env = self._job_env(spec, account)
         gres_type = self.gres_type(spec.gpu_type)
         gres = f"gpu:{gres_type}:{spec.num_gpus}" if gres_type != "gpu" else f"gpu:{spec.num_gpus}"
         argv = [
@@ -263,15 +310,21 @@ class SlurmExecutor:
             "--nodes=1",
             "--ntasks=1",
             f"--gres={gres}",
-            f"--output={log}",
+            *where,
             "--no-requeue",
         ]
         if spec.partition:
             argv.append(f"--partition={spec.partition}")
         if spec.time_limit_s is not None:
             argv.append(f"--time={max(1, math.ceil(spec.time_limit_s / 60))}")
-        if self.submit_as_user and spec.user:
-            argv.append(f"--uid={spec.user}")
+        if account is not None:
+            argv += [f"--uid={account.uid}", f"--gid={account.gid}"]
+        elif self.submit_as_user and spec.user and spec.workdir is None:
+            argv.append(f"--uid={spec.user}")  # a job from before revision 0003
+        if spec.cpus_per_gpu is not None:
+            argv.append(f"--cpus-per-gpu={spec.cpus_per_gpu}")
+        if spec.mem_per_gpu_mb is not None:
+            argv.append(f"--mem-per-gpu={spec.mem_per_gpu_mb}M")
         argv.extend(self.sbatch_args)
         script = "".join(
             [
@@ -283,7 +336,7 @@ class SlurmExecutor:
                 f"{spec.command}\n",
             ]
         )
-        result = self._run(argv, script, submit=True)
+        result = self._run(argv, script, submit=True, env=env)
         if result.returncode != 0:
             message = sbatch_error(result.stderr or result.stdout)
             if _TRANSIENT.search(result.stderr):
@@ -295,6 +348,76 @@ class SlurmExecutor:
             return parse_sbatch(result.stdout)
         except ValueError as exc:
             raise SlurmError(str(exc)) from exc
+
+    def _account(self, spec: LaunchSpec) -> UnixAccount | None:
+        """The owner's account when jobs run as their owners (None: the service's)."""
+        if not self.submit_as_user or spec.unix_user is None:
+            return None
+        try:
+            return resolve_account(spec.unix_user)
+        except UnknownAccount as exc:
+            raise SubmitRefused(str(exc)) from exc
+
+    def _owner_run(self, spec: LaunchSpec, account: UnixAccount | None, name: str) -> list[str]:
+        """--chdir, --output, --error of a job with a working directory, after checking as
+        its owner that it can enter the directory; remembers the files in `<name>.run.json`."""
+        assert spec.workdir is not None
+        why = cannot_enter(spec.workdir, account)
+        if why is not None:
+            raise SubmitRefused(why)
+        files = output_paths(spec.workdir, spec.output, spec.error, spec.job_id, spec.attempt)
+        record = {
+            "output": files.output,
+            "error": files.error,
+            "output_offset": file_size(files.output),
+            "error_offset": 0 if files.error is None else file_size(files.error),
+            "account": None if account is None else account.name,
+        }
+        self._write_run_record(name, record)
+        args = [
+            f"--chdir={spec.workdir}",
+            f"--output={_slurm_escaped(files.output)}",
+            "--open-mode=append",
+        ]
+        if files.error is not None:
+            args.append(f"--error={_slurm_escaped(files.error)}")
+        return args
+
+    def _job_env(self, spec: LaunchSpec, account: UnixAccount | None) -> dict[str, str]:
+        """sbatch's environment for a job with its own: the job's (less what would change
+        the submission), the account's login variables, what sbatch needs to run."""
+        env = {
+            k: v
+            for k, v in (spec.environment or {}).items()
+            if not k.startswith(("SBATCH_", "SLURM_", "SALLOC_", "SRUN_"))
+        }
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env |= (account or service_account()).login_env()
+        if "SLURM_CONF" in self._sbatch_needs:
+            env["SLURM_CONF"] = self._sbatch_needs["SLURM_CONF"]
+        # sbatch hands its umask to the job as SLURM_UMASK unless that is set: the owner's
+        # output files are not for other users (0600), whatever the service's umask.
+        env["SLURM_UMASK"] = "0077"
+        return env
+
+    def _run_record_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.run.json"
+
+    def _write_run_record(self, name: str, record: Mapping[str, object]) -> None:
+        path = self._run_record_path(name)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+
+    def _read_run_record(self, job_id: str, attempt: int) -> dict[str, object] | None:
+        try:
+            text = self._run_record_path(run_name(self.name_prefix, job_id, attempt)).read_text()
+        except OSError:
+            return None
+        data = json.loads(text)
+        return data if isinstance(data, dict) else None
 
     def runs(self) -> list[RunInfo]:
         """Every Slurm job named by this executor that squeue still shows (MinJobAge)."""
@@ -317,10 +440,9 @@ class SlurmExecutor:
             raise SlurmError(f"scancel {executor_id} failed: {result.stderr.strip()}")
 
     def log(self, job_id: str, attempt: int) -> str:
-        try:
-            return self.log_path(job_id, attempt).read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        """The run's output: its owner's file read as the owner, or the log in log_dir."""
+        texts = self._tails(job_id, attempt, LOG_TAIL_BYTES, from_start=True, error=False)
+        return texts[0] if texts else ""
 
     def lost_run(self, job_id: str, attempt: int, executor_id: str) -> RunInfo:
         """What became of Slurm job `executor_id`, which squeue no longer shows.
@@ -379,13 +501,37 @@ class SlurmExecutor:
         return max(jobs, key=lambda j: int(re.sub(r"\D.*", "", j.slurm_id) or 0))
 
     def _log_tail(self, job_id: str, attempt: int) -> str:
-        try:
-            with self.log_path(job_id, attempt).open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - OOM_SCAN_BYTES))
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        """This attempt's last output and error, for the OOM check."""
+        return "\n".join(self._tails(job_id, attempt, OOM_SCAN_BYTES, from_start=False))
+
+    def _tails(
+        self, job_id: str, attempt: int, limit: int, *, from_start: bool, error: bool = True
+    ) -> list[str]:
+        """The ends of the run's output (and error) files, this attempt's part unless
+        `from_start`; read as their owner where the job ran as one."""
+        record = self._read_run_record(job_id, attempt)
+        account: UnixAccount | None = None
+        files: list[tuple[str, int]]
+        if record is None:  # before revision 0003: our own log
+            files = [(str(self.log_path(job_id, attempt)), 0)]
+        else:
+            files = [(str(record["output"]), _int(record.get("output_offset")))]
+            if error and record.get("error") is not None:
+                files.append((str(record["error"]), _int(record.get("error_offset"))))
+            if record.get("account") is not None and can_switch_accounts():
+                try:
+                    account = resolve_account(str(record["account"]))
+                except UnknownAccount:
+                    return []
+        out = []
+        for path, offset in files:
+            try:
+                tail = read_tail(path, account, limit, 0 if from_start else offset)
+            except OutputUnreadable:
+                continue
+            if tail is not None:
+                out.append(tail.data.decode(errors="replace"))
+        return out
 
     def _run_info(self, job: SlurmJob, job_id: str, attempt: int) -> RunInfo:
         state = run_state(job.state)
@@ -415,3 +561,16 @@ class SlurmExecutor:
             exit_code=job.exit.shell_code if state.ended and job.exit is not None else None,
             reason=detail,
         )
+
+
+LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB, as the local executor
+
+
+def _slurm_escaped(path: str) -> str:
+    """A file name sbatch takes literally: its own %-patterns (%j, %u, %N …) escaped. (A
+    name with a backslash is already taken literally, %% included, by sbatch.)"""
+    return path if "\\" in path else path.replace("%", "%%")
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else 0

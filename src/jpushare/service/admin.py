@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from jpushare import store
 from jpushare.config import load_settings
+from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
 from jpushare.store.cluster_setup import set_lab_usage
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
@@ -170,6 +171,8 @@ def _tier_set(args: argparse.Namespace) -> int:
                 max_gpus=8 if args.max_gpus is None else args.max_gpus,
                 auto_assign=True if args.auto_assign is None else args.auto_assign,
                 partition=args.partition,
+                cpus_per_gpu=args.cpus_per_gpu,
+                mem_per_gpu_mb=args.mem_per_gpu,
             )
         else:
             tier = store.upsert_tier(
@@ -180,23 +183,66 @@ def _tier_set(args: argparse.Namespace) -> int:
                 max_gpus=current.max_gpus if args.max_gpus is None else args.max_gpus,
                 auto_assign=current.auto_assign if args.auto_assign is None else args.auto_assign,
                 partition=current.partition if args.partition is None else args.partition,
+                cpus_per_gpu=_keep_or(current.cpus_per_gpu, args.cpus_per_gpu),
+                mem_per_gpu_mb=_keep_or(current.mem_per_gpu_mb, args.mem_per_gpu),
             )
     print(
         f"tier {tier.name}: {tier.tflops:g} TFLOPS, sort order {tier.sort_order}, "
         f"max {tier.max_gpus} GPUs per job, auto-assign {'yes' if tier.auto_assign else 'no'}, "
-        f"partition {tier.partition or '-'}"
+        f"partition {tier.partition or '-'}, per GPU {_per_gpu(tier)}"
     )
     return 0
+
+
+def _keep_or(current: int | None, given: int | None) -> int | None:
+    """An option not given keeps the current value; 0 (`none`) clears it."""
+    if given is None:
+        return current
+    return None if given == 0 else given
+
+
+def _per_gpu(tier: store.TierRecord) -> str:
+    cpus = "-" if tier.cpus_per_gpu is None else f"{tier.cpus_per_gpu} CPUs"
+    mem = "-" if tier.mem_per_gpu_mb is None else format_mem_mb(tier.mem_per_gpu_mb)
+    return f"{cpus}, {mem}"
+
+
+def _cpus_arg(raw: str) -> int:
+    if raw.strip().lower() == "none":
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU count: {raw!r}") from None
+
+
+def _mem_arg(raw: str) -> int:
+    if raw.strip().lower() == "none":
+        return 0
+    try:
+        return parse_mem_mb(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _tier_list(args: argparse.Namespace) -> int:
     with transaction() as s:
         tiers = store.list_tiers(s)
     rows = [
-        (t.name, f"{t.tflops:g}", t.sort_order, t.max_gpus, t.auto_assign, t.partition or "")
+        (
+            t.name,
+            f"{t.tflops:g}",
+            t.sort_order,
+            t.max_gpus,
+            t.auto_assign,
+            t.partition or "",
+            "" if t.cpus_per_gpu is None else t.cpus_per_gpu,
+            "" if t.mem_per_gpu_mb is None else format_mem_mb(t.mem_per_gpu_mb),
+        )
         for t in tiers
     ]
-    print(table(["TIER", "TFLOPS", "SORT_ORDER", "MAX_GPUS", "AUTO_ASSIGN", "PARTITION"], rows))
+    headers = ["TIER", "TFLOPS", "SORT_ORDER", "MAX_GPUS", "AUTO_ASSIGN", "PARTITION"]
+    print(table([*headers, "CPUS_PER_GPU", "MEM_PER_GPU"], rows))
     return 0
 
 
@@ -284,4 +330,13 @@ def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--max-gpus", type=int)
     p.add_argument("--auto-assign", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--partition")
+    p.add_argument(
+        "--cpus-per-gpu", type=_cpus_arg, help="default CPUs per GPU of its jobs ('none': no limit)"
+    )
+    p.add_argument(
+        "--mem-per-gpu",
+        type=_mem_arg,
+        metavar="SIZE",
+        help="default memory per GPU of its jobs, e.g. 32G ('none': no limit)",
+    )
     command(tier, "list", _tier_list, "list tiers, strongest first")

@@ -21,6 +21,7 @@ The executor (`JPUSHARE_EXECUTOR`):
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from dataclasses import dataclass, replace
@@ -63,6 +64,7 @@ def build_executor(
             gpu_type_to_tier=settings.slurm_gpu_types,
             name_prefix=settings.slurm_prefix,
             sbatch_args=settings.slurm_sbatch_args,
+            submit_as_user=settings.slurm_submit_as_user,
         )
         check_foreign_runs(slurm, sessions)
         return slurm
@@ -159,7 +161,12 @@ def public_url(settings: Settings) -> str:
 
 def run_service(settings: Settings, options: ServeOptions) -> int:
     """Run until SIGINT / SIGTERM; the exit code."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    # Everything the service writes is its own: jobs must not read the state directory, the
+    # database or the run records (the jobs' own output files are made by the jobs).
+    os.umask(0o077)
+    settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if settings.state_dir.stat().st_uid == os.geteuid():
+        settings.state_dir.chmod(0o700)
     log.info("database: %s", _safe_url(settings.database_url))
     store.upgrade(settings.database_url)
     engine = store.make_engine(settings.database_url)

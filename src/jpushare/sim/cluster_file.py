@@ -1,7 +1,8 @@
 """CLUSTER.yaml: the cluster description format (issue 2 §4), parsed into plain policy types.
 
     tiers:
-      - {name: rtx4090, tflops: 82.6, sort_order: 20, max_gpus: 8, auto_assign: true}
+      - {name: rtx4090, tflops: 82.6, sort_order: 20, max_gpus: 8, auto_assign: true,
+         cpus_per_gpu: 8, mem_per_gpu: 32G}   # optional: the jobs' defaults (the service's)
     nodes:
       - {name: node-c, gpus: {rtx4090: 4, rtx3080ti: 4}}   # two placements
     labs: {BCG: 24000}                          # optional starting usage, TFLOP-seconds
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
+from jpushare.memory_sizes import parse_mem_mb
 from jpushare.policy.fit import MAX_GPUS
 from jpushare.policy.model import Placement, Tier
 from jpushare.sim.errors import ClusterFileError
@@ -31,7 +33,16 @@ from jpushare.sim.errors import ClusterFileError
 NodeState = Literal["down", "up"]
 
 _TOP_KEYS = ("tiers", "nodes", "labs", "events")
-_TIER_KEYS = ("name", "tflops", "sort_order", "max_gpus", "auto_assign", "partition")
+_TIER_KEYS = (
+    "name",
+    "tflops",
+    "sort_order",
+    "max_gpus",
+    "auto_assign",
+    "partition",
+    "cpus_per_gpu",
+    "mem_per_gpu",
+)
 _NODE_KEYS = ("name", "gpus")
 _EVENT_KEYS = ("time", "node", "state")
 
@@ -55,6 +66,8 @@ class ClusterSpec:
     labs: Mapping[str, float] = field(default_factory=dict)  # starting usage, TFLOP-seconds
     events: tuple[NodeEvent, ...] = ()  # in time order (file order among equal times)
     source: str = "<cluster>"
+    # tier name -> its jobs' default (CPUs, MiB) per GPU; the simulator ignores them.
+    tier_resources: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -131,7 +144,8 @@ def parse_cluster(text: str, source: str = "<cluster>") -> ClusterSpec:
     placements, nodes = _parse_nodes(source, doc["nodes"], doc.line, {t.name for t in tiers})
     labs = _parse_labs(source, doc.get("labs"), doc.line)
     events = _parse_events(source, doc.get("events"), doc.line, nodes)
-    return ClusterSpec(tiers, placements, labs, events, source)
+    resources = _parse_tier_resources(source, doc["tiers"], doc.line)
+    return ClusterSpec(tiers, placements, labs, events, source, resources)
 
 
 def _check_keys(source: str, m: _Map, allowed: tuple[str, ...], what: str) -> None:
@@ -216,6 +230,31 @@ def _parse_tiers(source: str, value: object, line: int) -> tuple[Tier, ...]:
     if not any(t.auto_assign for t in tiers):
         raise ClusterFileError(source, line, "at least one tier must have auto_assign: true")
     return tuple(tiers)
+
+
+def _parse_tier_resources(
+    source: str, value: object, line: int
+) -> dict[str, tuple[int | None, int | None]]:
+    """Each tier's `cpus_per_gpu` and `mem_per_gpu` (a size: 32G, 512M), where given."""
+    out: dict[str, tuple[int | None, int | None]] = {}
+    for m in _entries(source, value, line, "tiers"):
+        name = _text(source, m, "name", "a tier")
+        cpus = m.get("cpus_per_gpu")
+        if cpus is not None:
+            cpus = _integer(source, m.line, cpus, f"tier {name!r}: cpus_per_gpu")
+            if cpus < 1:
+                raise ClusterFileError(source, m.line, f"tier {name!r}: cpus_per_gpu must be >= 1")
+        mem = m.get("mem_per_gpu")
+        if mem is not None:
+            try:
+                mem = parse_mem_mb(mem)
+            except ValueError as exc:
+                raise ClusterFileError(
+                    source, m.line, f"tier {name!r}: mem_per_gpu: {exc}"
+                ) from exc
+        if cpus is not None or mem is not None:
+            out[name] = (cpus, mem)
+    return out
 
 
 def _parse_nodes(

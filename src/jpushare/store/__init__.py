@@ -32,6 +32,7 @@ from jpushare.store.accounts import (
     revoke_token,
     set_unix_user,
     unix_accounts,
+    unix_user_of,
     users_of_unix_account,
 )
 from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
@@ -190,6 +191,7 @@ __all__ = [
     "undo_dispatch",
     "undrain_node",
     "unix_accounts",
+    "unix_user_of",
     "upgrade",
     "upsert_tier",
     "upsert_tiers",

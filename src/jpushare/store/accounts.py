@@ -229,3 +229,11 @@ def list_tokens(session: Session, user_id: int | None = None) -> list[TokenRecor
     if user_id is not None:
         stmt = stmt.where(ApiToken.user_id == user_id)
     return [_token_record(t) for t in session.scalars(stmt)]
+
+
+def unix_user_of(session: Session, user_id: int) -> str:
+    """The Unix account user `user_id`'s jobs run as; NotFound if there is no such user."""
+    unix_user = session.scalars(select(User.unix_user).where(User.id == user_id)).first()
+    if unix_user is None:
+        raise NotFound("user", user_id)
+    return unix_user

@@ -35,7 +35,7 @@ class ClusterLoaded:
 
 def load_cluster_spec(session: Session, spec: ClusterSpec, now: datetime) -> ClusterLoaded:
     """Tiers, nodes with their GPUs, and missing labs (with starting usage) from `spec`."""
-    upsert_tiers(session, spec.tiers)
+    upsert_tiers(session, spec.tiers, spec.tier_resources)
     per_node: dict[str, dict[str, int]] = defaultdict(dict)
     for p in spec.placements:
         per_node[p.node][p.tier] = p.capacity

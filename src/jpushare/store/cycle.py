@@ -35,8 +35,9 @@ from jpushare.policy.model import (
 )
 from jpushare.store.errors import ConcurrentUpdate
 from jpushare.store.inventory import PlacementKey, placements
+from jpushare.store.launches import launch_details
 from jpushare.store.records import DispatchedJob, Recorded
-from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState, Lab, User
+from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState, Lab
 from jpushare.store.times import from_epoch, to_epoch
 from jpushare.store.transitions import (
     LockedJob,
@@ -257,12 +258,21 @@ def record_decisions(
     tier_ids: dict[str, uuid.UUID] = {}
     tflops: dict[uuid.UUID, float] = {}
     partitions: dict[str, str | None] = {}
-    for tid, name, tf, partition in session.execute(
-        select(GpuTier.id, GpuTier.name, GpuTier.tflops, GpuTier.partition)
+    tier_defaults: dict[str, tuple[int | None, int | None]] = {}
+    for tid, name, tf, partition, cpus, mem in session.execute(
+        select(
+            GpuTier.id,
+            GpuTier.name,
+            GpuTier.tflops,
+            GpuTier.partition,
+            GpuTier.cpus_per_gpu,
+            GpuTier.mem_per_gpu_mb,
+        )
     ):
         tier_ids[name] = tid
         tflops[tid] = tf
         partitions[name] = partition
+        tier_defaults[name] = (cpus, mem)
 
     # 2. Accruals (one reservation at a time in practice: row by row).
     accrued_total = 0.0
@@ -299,7 +309,7 @@ def record_decisions(
             )
     add_events(session, events)
     return Recorded(
-        dispatched=tuple(_dispatched(session, dispatched, partitions)),
+        dispatched=tuple(_dispatched(session, dispatched, partitions, tier_defaults)),
         applied=tuple(a for i, a in enumerate(decisions.actions) if i in applied),
         skipped=tuple(a for i, a in enumerate(decisions.actions) if i not in applied),
         accrued_tflop_s=accrued_total,
@@ -436,34 +446,41 @@ def _dispatched(
     session: Session,
     dispatched: list[tuple[int, Dispatch, int]],
     partitions: Mapping[str, str | None],
+    tier_defaults: Mapping[str, tuple[int | None, int | None]],
 ) -> list[DispatchedJob]:
     if not dispatched:
         return []
     ids = [job_id for job_id, _, _ in dispatched]
-    info: dict[int, tuple[str, str, str, float | None]] = {}
-    for start in range(0, len(ids), 1000):
-        rows = session.execute(
-            select(Job.id, Job.name, Job.command, User.name, Job.time_limit_s)
-            .join(User, User.id == Job.user_id)
-            .where(Job.id.in_(ids[start : start + 1000]))
-        )
-        for jid, name, command, user, limit_s in rows:
-            info[jid] = (name, command, user, limit_s)
+    runs = launch_details(session, ids)
     out = []
     for job_id, d, attempt in dispatched:
-        name, command, user, limit_s = info[job_id]
+        r = runs[job_id]
         out.append(
             DispatchedJob(
                 job_id=job_id,
                 attempt=attempt,
-                name=name,
-                command=command,
-                user_name=user,
+                name=r.name,
+                command=r.command,
+                user_name=r.user_name,
                 node=d.node,
                 tier=d.tier,
                 partition=partitions.get(d.tier),
                 num_gpus=d.num_gpus,
-                time_limit_s=limit_s,
+                time_limit_s=r.time_limit_s,
+                unix_user=r.unix_user,
+                workdir=r.workdir,
+                environment=r.environment,
+                output_path=r.output_path,
+                error_path=r.error_path,
+                cpus_per_gpu=_or_default(r.cpus_per_gpu, tier_defaults, d.tier, 0),
+                mem_per_gpu_mb=_or_default(r.mem_per_gpu_mb, tier_defaults, d.tier, 1),
             )
         )
     return out
+
+
+def _or_default(
+    own: int | None, defaults: Mapping[str, tuple[int | None, int | None]], tier: str, i: int
+) -> int | None:
+    """The job's own CPUs/memory per GPU, else its tier's default."""
+    return own if own is not None else defaults.get(tier, (None, None))[i]

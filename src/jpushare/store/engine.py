@@ -22,8 +22,10 @@ transactions are what they were.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -77,13 +79,15 @@ def is_sqlite(url: str | URL) -> bool:
 def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
     """An engine for `url` (default: `database_url()`), set up for its backend.
 
-    A SQLite file's parent directory is created if missing.
+    A SQLite file's parent directory is created if missing (0700), and the file is the
+    service account's alone (0600; SQLite gives its -wal and -shm files the same mode):
+    jobs must not read or write the database.
     """
     parsed = make_url(url if url is not None else database_url())
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(database))
         engine = create_engine(parsed, echo=echo, connect_args={"timeout": 30.0})
         _configure_sqlite(engine)
         return engine
@@ -94,6 +98,16 @@ def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
         pool_size=SERVER_POOL_SIZE,
         max_overflow=SERVER_POOL_OVERFLOW,
     )
+
+
+def _private_sqlite_file(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+                p.chmod(0o600)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

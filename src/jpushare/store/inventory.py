@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from jpushare.executors.base import GpuGroup, NodeState
 from jpushare.policy.model import Placement, Tier
+from jpushare.run_settings import check_cpus_per_gpu, check_mem_per_gpu_mb
 from jpushare.store.errors import InvalidRequest, NotFound
 from jpushare.store.records import NodeRecord, SyncReport, TierRecord
 from jpushare.store.schema import GpuResource, GpuTier, Node
@@ -27,7 +28,17 @@ _STATE_RANK = {NodeState.UP: 0, NodeState.DRAIN: 1, NodeState.DOWN: 2}
 
 
 def _tier_record(t: GpuTier) -> TierRecord:
-    return TierRecord(t.id, t.name, t.tflops, t.sort_order, t.max_gpus, t.auto_assign, t.partition)
+    return TierRecord(
+        t.id,
+        t.name,
+        t.tflops,
+        t.sort_order,
+        t.max_gpus,
+        t.auto_assign,
+        t.partition,
+        t.cpus_per_gpu,
+        t.mem_per_gpu_mb,
+    )
 
 
 # --- tiers -------------------------------------------------------------------------------
@@ -42,12 +53,22 @@ def upsert_tier(
     max_gpus: int = 8,
     auto_assign: bool = True,
     partition: str | None = None,
+    cpus_per_gpu: int | None = None,
+    mem_per_gpu_mb: int | None = None,
 ) -> TierRecord:
-    """Create the tier `name`, or update its fields; its id never changes."""
+    """Create the tier `name`, or update its fields; its id never changes. `cpus_per_gpu`
+    and `mem_per_gpu_mb` are its jobs' defaults (None: no limit)."""
     if tflops <= 0:
         raise InvalidRequest(f"tier {name}: tflops must be positive, got {tflops}")
     if not 1 <= max_gpus <= 8:
         raise InvalidRequest(f"tier {name}: max_gpus must be 1-8, got {max_gpus}")
+    try:
+        if cpus_per_gpu is not None:
+            check_cpus_per_gpu(cpus_per_gpu)
+        if mem_per_gpu_mb is not None:
+            check_mem_per_gpu_mb(mem_per_gpu_mb)
+    except ValueError as exc:
+        raise InvalidRequest(f"tier {name}: {exc}") from exc
     tier = session.scalars(select(GpuTier).where(GpuTier.name == name)).one_or_none()
     if tier is None:
         tier = GpuTier(name=name)
@@ -57,12 +78,20 @@ def upsert_tier(
     tier.max_gpus = max_gpus
     tier.auto_assign = auto_assign
     tier.partition = partition
+    tier.cpus_per_gpu = cpus_per_gpu
+    tier.mem_per_gpu_mb = mem_per_gpu_mb
     session.flush()
     return _tier_record(tier)
 
 
-def upsert_tiers(session: Session, tiers: Iterable[Tier]) -> list[TierRecord]:
-    """Upsert every policy Tier (e.g. from a cluster file)."""
+def upsert_tiers(
+    session: Session,
+    tiers: Iterable[Tier],
+    resources: Mapping[str, tuple[int | None, int | None]] | None = None,
+) -> list[TierRecord]:
+    """Upsert every policy Tier (e.g. from a cluster file), with its jobs' default CPUs and
+    memory per GPU from `resources` (tier name -> (cpus, MiB); absent: no limit)."""
+    res = resources or {}
     return [
         upsert_tier(
             session,
@@ -72,6 +101,8 @@ def upsert_tiers(session: Session, tiers: Iterable[Tier]) -> list[TierRecord]:
             max_gpus=t.max_gpus,
             auto_assign=t.auto_assign,
             partition=t.partition,
+            cpus_per_gpu=res.get(t.name, (None, None))[0],
+            mem_per_gpu_mb=res.get(t.name, (None, None))[1],
         )
         for t in tiers
     ]

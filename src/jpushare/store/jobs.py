@@ -17,6 +17,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
 from jpushare.policy.model import Placement, Tier
+from jpushare.run_settings import JobRun, checked
 from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import (
@@ -95,6 +96,12 @@ def _record(row: Any) -> JobRecord:
         reserved_tier_name=reserved_tier_name,
         reservation_since=job.reservation_since,
         reservation_last_accrued_at=job.reservation_last_accrued_at,
+        workdir=job.workdir,
+        environment=job.environment,
+        output_path=job.output_path,
+        error_path=job.error_path,
+        cpus_per_gpu=job.cpus_per_gpu,
+        mem_per_gpu_mb=job.mem_per_gpu_mb,
     )
 
 
@@ -167,6 +174,12 @@ _NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
         "charged_tflop_s",
         "reserved_gpus",
         "reservation_gpu_seconds",
+        "workdir",
+        "environment",
+        "output_path",
+        "error_path",
+        "cpus_per_gpu",
+        "mem_per_gpu_mb",
     )
 }
 _INSERT_JOB = insert(Job).values(_NEW_JOB_VALUES).returning(*_JOB_COLUMNS)
@@ -234,6 +247,12 @@ def _new_job_record(row: Any, user_name: str, lab_name: str) -> JobRecord:
         reserved_tier_name=None,
         reservation_since=m["reservation_since"],
         reservation_last_accrued_at=m["reservation_last_accrued_at"],
+        workdir=m["workdir"],
+        environment=m["environment"],
+        output_path=m["output_path"],
+        error_path=m["error_path"],
+        cpus_per_gpu=m["cpus_per_gpu"],
+        mem_per_gpu_mb=m["mem_per_gpu_mb"],
     )
 
 
@@ -247,6 +266,7 @@ def submit_job(
     now: datetime,
     min_tier: str | None = None,
     time_limit_s: float | None = None,
+    run: JobRun | None = None,
 ) -> JobRecord:
     """Queue a job for the user's lab, after the SPEC §2 checks.
 
@@ -263,6 +283,7 @@ def submit_job(
         now=now,
         min_tier=min_tier,
         time_limit_s=time_limit_s,
+        run=run,
     ).job
 
 
@@ -276,6 +297,7 @@ def submit(
     now: datetime,
     min_tier: str | None = None,
     time_limit_s: float | None = None,
+    run: JobRun | None = None,
 ) -> Submission:
     """`submit_job`, also returning the tier names the job's public form needs.
 
@@ -288,6 +310,10 @@ def submit(
         raise InvalidRequest("a job needs a command")
     if time_limit_s is not None and time_limit_s <= 0:
         raise InvalidRequest(f"time_limit_s must be positive, got {time_limit_s}")
+    try:
+        run = checked(run or JobRun())
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
     session.flush()  # Core statements below: make pending ORM changes visible first
     connection = session.connection()
     rows = connection.execute(_SUBMIT_INPUTS, {"user_id": user_id}).all()
@@ -339,6 +365,12 @@ def submit(
         "charged_tflop_s": 0.0,
         "reserved_gpus": 0,
         "reservation_gpu_seconds": 0.0,
+        "workdir": run.workdir,
+        "environment": None if run.environment is None else dict(run.environment),
+        "output_path": run.output_path,
+        "error_path": run.error_path,
+        "cpus_per_gpu": run.cpus_per_gpu,
+        "mem_per_gpu_mb": run.mem_per_gpu_mb,
         "event_at": now,
         "event_kind": EventKind.SUBMITTED.value,
         "event_to_state": JobState.GLOBAL_QUEUE_WAIT.value,

@@ -18,8 +18,9 @@ from sqlalchemy import Integer, Text, delete, insert, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from jpushare.store.inventory import PlacementKey
+from jpushare.store.launches import launch_details
 from jpushare.store.records import DispatchedJob
-from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, JobState, User
+from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, JobState
 
 
 class PlacementObservation(Base):
@@ -160,25 +161,41 @@ def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[Dispat
             select(
                 Job.id,
                 Job.attempts,
-                Job.name,
-                Job.command,
-                User.name,
                 Job.node_name,
                 GpuTier.name,
                 GpuTier.partition,
                 Job.num_gpus,
-                Job.time_limit_s,
+                GpuTier.cpus_per_gpu,
+                GpuTier.mem_per_gpu_mb,
             )
-            .join(User, User.id == Job.user_id)
             .join(GpuTier, GpuTier.id == Job.tier_id)
             .where(Job.id.in_(ids[start : start + 1000]), Job.state == "DISPATCHED")
             .order_by(Job.id)
-        )
-        for jid, attempt, name, command, user, node, tier, partition, n, limit_s in rows:
-            if node is not None:
-                out.append(
-                    DispatchedJob(
-                        jid, attempt, name, command, user, node, tier, partition, n, limit_s
-                    )
+        ).all()
+        runs = launch_details(session, [row[0] for row in rows])
+        for jid, attempt, node, tier, partition, n, tier_cpus, tier_mem in rows:
+            if node is None:
+                continue
+            r = runs[jid]
+            out.append(
+                DispatchedJob(
+                    job_id=jid,
+                    attempt=attempt,
+                    name=r.name,
+                    command=r.command,
+                    user_name=r.user_name,
+                    node=node,
+                    tier=tier,
+                    partition=partition,
+                    num_gpus=n,
+                    time_limit_s=r.time_limit_s,
+                    unix_user=r.unix_user,
+                    workdir=r.workdir,
+                    environment=r.environment,
+                    output_path=r.output_path,
+                    error_path=r.error_path,
+                    cpus_per_gpu=r.cpus_per_gpu if r.cpus_per_gpu is not None else tier_cpus,
+                    mem_per_gpu_mb=r.mem_per_gpu_mb if r.mem_per_gpu_mb is not None else tier_mem,
                 )
+            )
     return out

@@ -59,6 +59,8 @@ class TierRecord:
     max_gpus: int
     auto_assign: bool
     partition: str | None
+    cpus_per_gpu: int | None = None  # default for its jobs (sbatch --cpus-per-gpu)
+    mem_per_gpu_mb: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,13 @@ class JobRecord:
     reserved_tier_name: str | None
     reservation_since: datetime | None
     reservation_last_accrued_at: datetime | None
+    # Where and with what it runs (None on jobs from before revision 0003).
+    workdir: str | None = None
+    environment: dict[str, str] | None = None
+    output_path: str | None = None
+    error_path: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_mb: int | None = None
 
     @property
     def policy_id(self) -> str:
@@ -146,6 +155,15 @@ class DispatchedJob:
     partition: str | None
     num_gpus: int
     time_limit_s: float | None
+    # The owner's account and how the job runs; CPUs/memory per GPU are the job's own or
+    # else its tier's default (None: no limit). workdir None: a job from before 0003.
+    unix_user: str | None = None
+    workdir: str | None = None
+    environment: dict[str, str] | None = None
+    output_path: str | None = None
+    error_path: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_mb: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
@@ -28,8 +28,11 @@ from jpushare.api.schemas import (
 )
 from jpushare.api.why import QueueView, history_why, queued_why
 from jpushare.executors.base import Executor
-from jpushare.store.records import UserRecord
+from jpushare.executors.local import LOG_TAIL_BYTES
+from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
+from jpushare.store.records import JobRecord, UserRecord
 from jpushare.store.schema import JobState
+from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,7 @@ def _submit(session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext
         now=ctx.clock(),
         min_tier=body.min_tier,
         time_limit_s=body.time_limit_s,
+        run=body.run(),
     )
     content = job_public(done.job, done.tier_names_by_sort_order).model_dump_json()
     session.commit()  # before the response goes out, as for every other route
@@ -118,7 +122,8 @@ def get_job(job_id: JobIdPath, session: SessionDep, user: CurrentUser) -> JobPub
     """The job; its private fields are null unless it is yours, your lab's (pi) or you are
     an admin (see `hidden`)."""
     job = store.get_job(session, job_id)
-    return for_viewer(job_public(job, queries.tier_names_by_sort_order(session)), job, user)
+    tiers = queries.tier_names_by_sort_order(session)
+    return for_viewer(job_public(job, tiers, environment=True), job, user)
 
 
 def _stop_run(executor: Executor, job_id: int, attempt: int, executor_id: str | None) -> None:
@@ -196,14 +201,19 @@ def job_log(
     user: CurrentUser,
     ctx: ContextDep,
     attempt: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+    stderr: Annotated[bool, Query(description="the error file (--error) instead")] = False,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX, description="from this byte on")] = 0,
 ) -> LogPublic:
-    """The output of the job's last attempt (or `attempt`), from the executor. Same
-    permission as cancel: a student their own jobs, a pi their lab's, an admin any."""
+    """The output of the job's last attempt (or `attempt`): for a job with a working
+    directory its output (or `stderr`: error) file, read as its owner, at most the last
+    8 MiB from `offset` on; else the executor's log. Same permission as cancel: a student
+    their own jobs, a pi their lab's, an admin any."""
     job = store.get_job(session, job_id)
     require_manage(user, job, "read the log of")
     which = attempt if attempt is not None else job.attempts
+    stream: Literal["output", "error"] = "error" if stderr else "output"
     if which == 0:
-        return LogPublic(job_id=job.id, attempt=0, log="")
+        return LogPublic(job_id=job.id, attempt=0, log="", stream=stream, state=job.state)
     if which > job.attempts:
         raise ApiError(
             404,
@@ -211,8 +221,45 @@ def job_log(
             f"job {job.id} has had {job.attempts} attempts, not {which}",
             {"job_id": job.id, "attempts": job.attempts},
         )
+    if job.workdir is not None:
+        return _owner_file(job, which, stream, offset, store.unix_user_of(session, job.user_id))
     if ctx.executor is None:
         raise ApiError(503, ErrorCode.UNAVAILABLE, "this API process has no executor to ask")
-    return LogPublic(
-        job_id=job.id, attempt=which, log=ctx.executor.log(store.policy_job_id(job.id), which)
+    text = "" if stderr else ctx.executor.log(store.policy_job_id(job.id), which)
+    return LogPublic(job_id=job.id, attempt=which, log=text, stream=stream, state=job.state)
+
+
+def _owner_file(
+    job: JobRecord, attempt: int, stream: Literal["output", "error"], offset: int, owner: str
+) -> LogPublic:
+    """The job's own output or error file, read as its owner (see `output_files`)."""
+    assert job.workdir is not None
+    files = output_paths(
+        job.workdir, job.output_path, job.error_path, store.policy_job_id(job.id), attempt
+    )
+    path = files.output if stream == "output" else files.error
+    base = LogPublic(job_id=job.id, attempt=attempt, log="", stream=stream, state=job.state)
+    if path is None:  # stderr goes with stdout
+        return base.model_copy(update={"path": files.output})
+    account = None
+    if can_switch_accounts():
+        try:
+            account = resolve_account(owner)
+        except UnknownAccount as exc:
+            raise ApiError(404, ErrorCode.NOT_FOUND, f"the output of job {job.id}: {exc}") from exc
+    try:
+        tail = read_tail(path, account, LOG_TAIL_BYTES, offset)
+    except OutputUnreadable as exc:
+        raise ApiError(
+            403, ErrorCode.FORBIDDEN, f"the output of job {job.id} cannot be read: {exc}"
+        ) from exc
+    if tail is None:
+        return base.model_copy(update={"path": path, "offset": offset, "next_offset": offset})
+    return base.model_copy(
+        update={
+            "path": path,
+            "log": tail.data.decode("utf-8", errors="replace"),
+            "offset": tail.begin,
+            "next_offset": tail.begin + len(tail.data),
+        }
     )

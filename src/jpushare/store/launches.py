@@ -1,0 +1,55 @@
+"""What starting a job needs from its row and its owner's: command, account, directory,
+environment, files, CPU/memory request. Read in chunks, for the dispatcher's launches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from jpushare.store.schema import Job, User
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchDetails:
+    name: str
+    command: str
+    user_name: str
+    unix_user: str
+    time_limit_s: float | None
+    workdir: str | None
+    environment: dict[str, str] | None
+    output_path: str | None
+    error_path: str | None
+    cpus_per_gpu: int | None  # the job's own request (None: its tier's default)
+    mem_per_gpu_mb: int | None
+
+
+def launch_details(session: Session, job_ids: Iterable[int]) -> dict[int, LaunchDetails]:
+    """Job id -> its launch details (missing ids are left out)."""
+    ids = sorted(set(job_ids))
+    out: dict[int, LaunchDetails] = {}
+    for start in range(0, len(ids), 1000):
+        rows = session.execute(
+            select(
+                Job.id,
+                Job.name,
+                Job.command,
+                User.name,
+                User.unix_user,
+                Job.time_limit_s,
+                Job.workdir,
+                Job.environment,
+                Job.output_path,
+                Job.error_path,
+                Job.cpus_per_gpu,
+                Job.mem_per_gpu_mb,
+            )
+            .join(User, User.id == Job.user_id)
+            .where(Job.id.in_(ids[start : start + 1000]))
+        )
+        for jid, *rest in rows:
+            out[jid] = LaunchDetails(*rest)
+    return out
