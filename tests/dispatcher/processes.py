@@ -29,6 +29,9 @@ def service_env(db_url: str, state_dir: Path, **extra: str) -> dict[str, str]:
         JPUSHARE_STATE_DIR=str(state_dir),
         JPUSHARE_CLUSTER=str(cluster),
         JPUSHARE_CYCLE_S="0.2",
+        # Longer than a few cycles of a loaded 2-core machine, so a busy leader is not
+        # replaced (safe if it were, but the tests count leaders); short enough to wait for.
+        JPUSHARE_LEASE_S="3",
     )
     env.update(extra)
     return env

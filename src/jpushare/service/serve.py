@@ -2,9 +2,9 @@
 
 Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
 → executor → LLM router client → the dispatcher loop on a thread (it acts only while it
-holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
+holds the dispatcher lease, see `dispatcher.lock`) → the API under uvicorn on the main
 thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
-(which finishes its cycle and lets go of the lock); jobs keep running, and the next
+(which finishes its cycle and releases its lease); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
 
 The executor (`JPUSHARE_EXECUTOR`):
@@ -197,7 +197,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         metrics.observe_dispatch_cycle(report.duration_s)
 
     thread: threading.Thread | None = None
-    lock = lock_for(settings.database_url)
+    lock = lock_for(settings.database_url, sessions=sessions, lease_s=settings.dispatcher_lease_s)
     if options.dispatcher:
         deps = CycleDeps(sessions, executor, router, gpu_type_to_tier=gpu_type_to_tier(settings))
         dispatcher = Dispatcher(deps, lock, cycle_s=settings.cycle_s, on_cycle=on_cycle)
