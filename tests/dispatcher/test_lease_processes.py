@@ -1,0 +1,173 @@
+"""Issue 10: a leader that is frozen or cut off from the database while its connection
+lives is replaced, and once it wakes it records and starts nothing. Real processes.
+
+- Frozen at a known point of its cycle (`JPUSHARE_CRASH_AT=<point>` with
+  `JPUSHARE_CRASH_SIGNAL=STOP`: the process SIGSTOPs itself there): after its observation
+  was committed (it wakes into the recording transaction: that transaction rolls back), or
+  after its decisions were committed (it wakes before its submit: it starts nothing, the
+  new leader submits the job). Both databases.
+- Frozen from outside at whatever point it happened to be (`kill -STOP`): PostgreSQL only,
+  because a SQLite leader frozen inside a write transaction holds the database's single
+  write lock and nothing can take it from it (see `dispatcher.lock`).
+- Cut off by a TCP proxy that stops forwarding while keeping its connections open:
+  PostgreSQL only (SQLite has no connection to cut).
+
+Each checks, from the executor's own records, that no job started twice, and that the old
+leader steps down. `JPUSHARE_LEASE_S` is 3 s (tests/dispatcher/processes.py); the time a
+standby took to dispatch is printed, not asserted (no timed tests).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from jpushare.dispatcher.crash_points import CRASH_AT_ENV, CRASH_SIGNAL_ENV
+from jpushare.store.engine import make_engine, make_sessionmaker
+from jpushare.store.migrate import upgrade
+from tests.database import new_database
+from tests.dispatcher.conftest import wait_for
+from tests.dispatcher.processes import LEADER, Service, World, executor_runs, world  # noqa: F401
+from tests.dispatcher.stall_proxy import StallProxy
+
+LOST = "dispatcher lease lost"
+STARTED = "started on"
+
+
+@pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres)])
+def pg_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    """`world` on PostgreSQL only."""
+    database = new_database(request.param, tmp_path)
+    url = next(database)
+    engine = make_engine(url)
+    w: World | None = None
+    try:
+        upgrade(url)
+        w = World(make_sessionmaker(engine), url, tmp_path)
+        yield w
+    finally:
+        for service in w.services if w is not None else []:
+            service.kill()
+        engine.dispose()
+        database.close()
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether the process is stopped by a signal (state T in /proc)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] in "Tt"
+
+
+def ran_once_each(world: World, marks: Path, jobs: list[int]) -> None:
+    """Every job ran exactly once, as one run of attempt 1, dispatched once."""
+    assert executor_runs(world.state) == sorted((str(j), 1) for j in jobs)
+    assert sorted(int(x) for x in marks.read_text().split()) == sorted(jobs)
+    for j in jobs:
+        events = world.events(j)
+        assert events.count("dispatched") == 1 and events.count("completed") == 1, events
+        assert world.job(j).attempts == 1
+
+
+def command(marks: Path) -> str:
+    return f"echo $JPUSHARE_JOB_ID >> {marks}"
+
+
+def wake_and_step_down(world: World, old: Service, marks: Path, jobs: list[int]) -> None:
+    """SIGCONT the old leader; it steps down, and a later job is still run once, by the
+    new leader."""
+    old.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: LOST in old.log(), "the old leader finds its lease taken")
+    late = world.submit("bob", 1, command(marks))
+    wait_for(lambda: world.all_done([late]), "the new leader runs a job submitted later")
+    assert old.proc.poll() is None, old.log()  # alive, standing by
+    ran_once_each(world, marks, [*jobs, late])
+
+
+@pytest.mark.parametrize("point", ["after_observe", "after_record"])
+def test_a_leader_frozen_mid_cycle_is_replaced_and_records_nothing_when_it_wakes(
+    world: World, point: str
+) -> None:
+    marks = world.tmp / "ran"
+    # after_record is reached only by a cycle that dispatches: give it a job first.
+    jobs = [world.submit("alice", 1, command(marks))] if point == "after_record" else []
+    frozen = world.start("frozen", **{CRASH_AT_ENV: point, CRASH_SIGNAL_ENV: "STOP"})
+    wait_for(lambda: is_stopped(frozen.proc.pid), f"the leader freezes at {point}")
+    assert LEADER in frozen.log()
+    began = time.monotonic()
+    standby = world.start("standby")
+    jobs.append(world.submit("bob", 1, command(marks)))
+    wait_for(lambda: world.all_done(jobs), "the standby takes over and runs the jobs")
+    print(f"\n{point}: the standby ran the jobs {time.monotonic() - began:.2f} s after it started")
+    assert LEADER in standby.log()
+
+    wake_and_step_down(world, frozen, marks, jobs)
+    text = frozen.log()
+    assert STARTED not in text, text
+    if point == "after_observe":
+        assert "cycle abandoned, nothing recorded" in text, text
+    if point == "after_record":
+        # Its decision stood (committed before the freeze); the standby submitted it.
+        assert "resubmitted 1" in standby.log()
+
+
+def _leader_and_standby(world: World, leader_url: str | None = None) -> tuple[Service, Service]:
+    leader = world.start("leader", db_url=leader_url)
+    wait_for(lambda: LEADER in leader.log(), "the first process leads")
+    standby = world.start("standby")
+    wait_for(lambda: "dispatcher loop" in standby.log(), "the second process stands by")
+    return leader, standby
+
+
+def test_a_leader_stopped_from_outside_is_replaced_and_steps_down_when_continued(
+    pg_world: World,
+) -> None:
+    world = pg_world
+    marks = world.tmp / "ran"
+    leader, standby = _leader_and_standby(world)
+    first = world.submit("alice", 1, command(marks))
+    wait_for(lambda: world.all_done([first]), "the leader runs a job")
+
+    leader.proc.send_signal(signal.SIGSTOP)
+    began = time.monotonic()
+    second = world.submit("bob", 1, command(marks))
+    wait_for(lambda: world.all_done([second]), "the standby takes over and runs the job")
+    print(f"\nSIGSTOP: the standby ran the job {time.monotonic() - began:.2f} s after the stop")
+    assert LEADER in standby.log()
+    wake_and_step_down(world, leader, marks, [first, second])
+    assert f"job {second} attempt 1 {STARTED}" not in leader.log()
+
+
+def test_a_leader_cut_off_by_a_stalled_network_is_replaced_and_steps_down_when_it_flows(
+    pg_world: World,
+) -> None:
+    world = pg_world
+    url = make_url(world.db_url)
+    proxy = StallProxy(url.port or 5432)
+    try:
+        through_proxy = url.set(port=proxy.port).render_as_string(hide_password=False)
+        marks = world.tmp / "ran"
+        leader, standby = _leader_and_standby(world, through_proxy)
+        first = world.submit("alice", 1, command(marks))
+        wait_for(lambda: world.all_done([first]), "the leader runs a job")
+
+        proxy.stall()
+        began = time.monotonic()
+        second = world.submit("bob", 1, command(marks))
+        wait_for(lambda: world.all_done([second]), "the standby takes over and runs the job")
+        print(f"\nstall: the standby ran the job {time.monotonic() - began:.2f} s after it")
+        assert LEADER in standby.log()
+        assert leader.proc.poll() is None
+
+        proxy.resume()
+        wait_for(lambda: LOST in leader.log(), "the old leader finds its lease taken")
+        late = world.submit("bob", 1, command(marks))
+        wait_for(lambda: world.all_done([late]), "the new leader runs a job submitted later")
+        ran_once_each(world, marks, [first, second, late])
+        assert f"job {second} attempt 1 {STARTED}" not in leader.log()
+    finally:
+        proxy.close()
