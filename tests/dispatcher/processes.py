@@ -11,11 +11,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
@@ -142,11 +140,3 @@ class World:
     def all_done(self, job_ids: list[int]) -> bool:
         with self.sessions() as s:
             return all(store.get_job(s, j).state == "COMPLETED" for j in job_ids)
-
-
-@pytest.fixture
-def world(sessions: sessionmaker[Session], db_url: str, tmp_path: Path) -> Iterator[World]:
-    w = World(sessions, db_url, tmp_path)
-    yield w
-    for service in w.services:
-        service.kill()

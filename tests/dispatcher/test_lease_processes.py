@@ -21,40 +21,18 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
 
 from jpushare.dispatcher.crash_points import CRASH_AT_ENV, CRASH_SIGNAL_ENV
-from jpushare.store.engine import make_engine, make_sessionmaker
-from jpushare.store.migrate import upgrade
-from tests.database import new_database
 from tests.dispatcher.conftest import wait_for
-from tests.dispatcher.processes import LEADER, Service, World, executor_runs, world  # noqa: F401
+from tests.dispatcher.processes import LEADER, Service, World, executor_runs
 from tests.dispatcher.stall_proxy import StallProxy
 
 LOST = "dispatcher lease lost"
 STARTED = "started on"
-
-
-@pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres)])
-def pg_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    """`world` on PostgreSQL only."""
-    database = new_database(request.param, tmp_path)
-    url = next(database)
-    engine = make_engine(url)
-    w: World | None = None
-    try:
-        upgrade(url)
-        w = World(make_sessionmaker(engine), url, tmp_path)
-        yield w
-    finally:
-        for service in w.services if w is not None else []:
-            service.kill()
-        engine.dispose()
-        database.close()
 
 
 def is_stopped(pid: int) -> bool:

@@ -3,6 +3,7 @@ or by expiry, and fencing: a transaction of a holder whose lease was taken rolls
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,9 +115,7 @@ def test_two_schemas_have_leases_of_their_own(
 ) -> None:
     if not db_url.startswith("postgresql"):
         return
-    other = new_database("postgresql", tmp_path)
-    other_url = next(other)
-    try:
+    with contextlib.contextmanager(new_database)("postgresql", tmp_path) as other_url:
         upgrade(other_url)
         a = _lease(leases, sessions, 60.0, "a")
         b = lock_for(other_url, lease_s=60.0, holder="b")
@@ -126,8 +125,6 @@ def test_two_schemas_have_leases_of_their_own(
             assert b.hold() and b.epoch == 1
         finally:
             b.close()
-    finally:
-        other.close()
 
 
 def test_an_in_memory_database_needs_no_lock() -> None:

@@ -10,7 +10,7 @@ from jpushare import store
 from jpushare.dispatcher.crash_points import CRASH_AT_ENV
 from jpushare.dispatcher.lock import lock_for
 from tests.dispatcher.conftest import wait_for
-from tests.dispatcher.processes import LEADER, World, executor_runs, world  # noqa: F401
+from tests.dispatcher.processes import LEADER, World, executor_runs
 
 
 def test_two_dispatcher_processes_on_one_database_only_one_acts(world: World) -> None:

@@ -78,19 +78,19 @@ def take_lease(session: Session, holder: str, lease_s: float, name: str = DISPAT
     """Take the lease if it is free or expired: the new epoch, or None if it is held."""
     now = database_now(session)
     expires = now + timedelta(seconds=lease_s)
-    table = DispatcherLeaseRow.__table__
-    free = (table.c.holder.is_(None)) | (table.c.expires_at.is_(None)) | (table.c.expires_at < now)
+    table = DispatcherLeaseRow
+    free = (table.holder.is_(None)) | (table.expires_at.is_(None)) | (table.expires_at < now)
     epoch = session.execute(
         update(table)
-        .where(table.c.name == name, free)
+        .where(table.name == name, free)
         .values(
             holder=holder,
-            epoch=table.c.epoch + 1,
+            epoch=table.epoch + 1,
             acquired_at=now,
             renewed_at=now,
             expires_at=expires,
         )
-        .returning(table.c.epoch)
+        .returning(table.epoch)
     ).scalar()
     if epoch is not None:
         return int(epoch)
@@ -101,7 +101,7 @@ def take_lease(session: Session, holder: str, lease_s: float, name: str = DISPAT
     try:
         with session.begin_nested():
             session.execute(
-                insert(table).values(
+                insert(DispatcherLeaseRow).values(
                     name=name,
                     holder=holder,
                     epoch=1,
@@ -123,12 +123,12 @@ def renew_lease(
     A lease that expired but was not taken is still renewed: nobody else acted under it.
     """
     now = database_now(session)
-    table = DispatcherLeaseRow.__table__
+    table = DispatcherLeaseRow
     renewed = session.execute(
         update(table)
-        .where(table.c.name == name, table.c.holder == holder, table.c.epoch == epoch)
+        .where(table.name == name, table.holder == holder, table.epoch == epoch)
         .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
-        .returning(table.c.epoch)
+        .returning(table.epoch)
     ).scalar()
     if renewed is None:
         raise LeaseLost(f"the dispatcher lease moved on from epoch {epoch}")
@@ -136,11 +136,11 @@ def renew_lease(
 
 def release_lease(session: Session, holder: str, epoch: int, name: str = DISPATCHER) -> bool:
     """Give the lease up now (a clean stop), so a standby takes it at its next cycle."""
-    table = DispatcherLeaseRow.__table__
+    table = DispatcherLeaseRow
     released = session.execute(
         update(table)
-        .where(table.c.name == name, table.c.holder == holder, table.c.epoch == epoch)
+        .where(table.name == name, table.holder == holder, table.epoch == epoch)
         .values(holder=None, expires_at=None)
-        .returning(table.c.epoch)
+        .returning(table.epoch)
     ).scalar()
     return released is not None
