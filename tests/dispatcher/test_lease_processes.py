@@ -8,7 +8,10 @@ lives is replaced, and once it wakes it records and starts nothing. Real process
   new leader submits the job). Both databases.
 - Frozen from outside at whatever point it happened to be (`kill -STOP`): PostgreSQL only,
   because a SQLite leader frozen inside a write transaction holds the database's single
-  write lock and nothing can take it from it (see `dispatcher.lock`).
+  write lock and nothing can take it from it (see `dispatcher.lock`). Likewise a leader
+  frozen inside a call to the local executor holds that executor's file lock (one machine,
+  one state directory), which the standby's next call waits for: the test stops the
+  leader again until it is stopped outside that lock (`stop_outside_executor_lock`).
 - Cut off by a TCP proxy that stops forwarding while keeping its connections open:
   PostgreSQL only (SQLite has no connection to cut).
 
@@ -19,6 +22,7 @@ standby took to dispatch is printed, not asserted (no timed tests).
 
 from __future__ import annotations
 
+import fcntl
 import signal
 import time
 from pathlib import Path
@@ -39,6 +43,25 @@ def is_stopped(pid: int) -> bool:
     """Whether the process is stopped by a signal (state T in /proc)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2] in "Tt"
+
+
+def stop_outside_executor_lock(service: Service, state: Path) -> int:
+    """SIGSTOP `service` at a moment it does not hold the local executor's file lock;
+    how many stops that took."""
+    lock = state / "executor" / "lock"
+    for tries in range(1, 100):
+        service.proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: is_stopped(service.proc.pid), "the leader stops")
+        with lock.open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                service.proc.send_signal(signal.SIGCONT)
+                time.sleep(0.05)  # let it leave the executor call: pacing, not a sync
+                continue
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return tries
+    pytest.fail("the leader was inside the executor's lock at every stop")
 
 
 def ran_once_each(world: World, marks: Path, jobs: list[int]) -> None:
@@ -110,7 +133,7 @@ def test_a_leader_stopped_from_outside_is_replaced_and_steps_down_when_continued
     first = world.submit("alice", 1, command(marks))
     wait_for(lambda: world.all_done([first]), "the leader runs a job")
 
-    leader.proc.send_signal(signal.SIGSTOP)
+    stop_outside_executor_lock(leader, world.state)
     began = time.monotonic()
     second = world.submit("bob", 1, command(marks))
     wait_for(lambda: world.all_done([second]), "the standby takes over and runs the job")

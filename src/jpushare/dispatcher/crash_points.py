@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Final, Literal
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,10 @@ def crash_point(point: CrashPoint) -> None:
     sys.stderr.flush()
     if freeze:
         _frozen.add(point)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # To this thread: it then stops before its next instruction. Sent to the process,
+        # another thread may take the signal, and this one runs on for a moment (seen: into
+        # the executor's submit, holding its file lock, before the stop reached it).
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         log.critical("JPUSHARE_CRASH_AT=%s: process %d woke up (test hook)", point, os.getpid())
         return
     os.kill(os.getpid(), signal.SIGKILL)
