@@ -6,6 +6,11 @@ lives is replaced, and once it wakes it records and starts nothing. Real process
   was committed (it wakes into the recording transaction: that transaction rolls back), or
   after its decisions were committed (it wakes before its submit: it starts nothing, the
   new leader submits the job). Both databases.
+- Frozen inside its recording transaction (`in_record`: decisions written, not committed,
+  the jobs' rows locked): the server ends that transaction once it has idled for the
+  lease's length, the standby (which waited on those rows) dispatches the job, and the
+  old leader wakes to a closed connection. PostgreSQL only (a SQLite leader frozen there
+  holds the database's write lock: see `dispatcher.lock`).
 - Frozen from outside at whatever point it happened to be (`kill -STOP`): PostgreSQL only,
   because a SQLite leader frozen inside a write transaction holds the database's single
   write lock and nothing can take it from it (see `dispatcher.lock`). Likewise a leader
@@ -114,6 +119,26 @@ def test_a_leader_frozen_mid_cycle_is_replaced_and_records_nothing_when_it_wakes
     if point == "after_record":
         # Its decision stood (committed before the freeze); the standby submitted it.
         assert "resubmitted 1" in standby.log()
+
+
+def test_a_leader_frozen_inside_its_recording_transaction_is_cut_off_by_the_server(
+    pg_world: World,
+) -> None:
+    world = pg_world
+    marks = world.tmp / "ran"
+    job = world.submit("alice", 1, command(marks))
+    frozen = world.start("frozen", **{CRASH_AT_ENV: "in_record", CRASH_SIGNAL_ENV: "STOP"})
+    wait_for(lambda: is_stopped(frozen.proc.pid), "the leader freezes inside its transaction")
+    began = time.monotonic()
+    standby = world.start("standby")
+    wait_for(lambda: world.all_done([job]), "the standby takes over and runs the job")
+    print(f"\nin_record: the standby ran the job {time.monotonic() - began:.2f} s after it started")
+    assert LEADER in standby.log()
+
+    wake_and_step_down(world, frozen, marks, [job])
+    text = frozen.log()
+    assert STARTED not in text, text
+    assert "idle-in-transaction timeout" in text, text  # what the server told it
 
 
 def _leader_and_standby(world: World, leader_url: str | None = None) -> tuple[Service, Service]:

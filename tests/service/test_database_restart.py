@@ -25,7 +25,7 @@ from tests.service.test_serve_demo import free_port
 BOUND_S = 15.0
 OUTAGES = 2
 PAUSED = "database unavailable, dispatching paused"
-RESUMED = "database available again: dispatching resumes"
+RESUMED = "database available again"
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ it (no `finally`, no commit, no atexit), as with a real kill or power loss.
 
 Points (see `cycle.py` for where each is):
 - `after_observe`: the observation is committed, nothing decided yet;
+- `in_record`: the decisions are written in the recording transaction, not committed
+  (its row locks held; on PostgreSQL the server ends the transaction once it has idled
+  for the lease's length, see `dispatcher.lock`);
 - `after_record`: the decisions are committed (jobs DISPATCHED), nothing submitted;
 - `after_submit`: the executor accepted a run, its id is not recorded (job DISPATCHED
   without `executor_id`).
@@ -35,8 +38,13 @@ CRASH_AT_ENV: Final = "JPUSHARE_CRASH_AT"
 CRASH_SIGNAL_ENV: Final = "JPUSHARE_CRASH_SIGNAL"
 _frozen: set[str] = set()
 
-CrashPoint = Literal["after_observe", "after_record", "after_submit"]
-CRASH_POINTS: Final[tuple[CrashPoint, ...]] = ("after_observe", "after_record", "after_submit")
+CrashPoint = Literal["after_observe", "in_record", "after_record", "after_submit"]
+CRASH_POINTS: Final[tuple[CrashPoint, ...]] = (
+    "after_observe",
+    "in_record",
+    "after_record",
+    "after_submit",
+)
 
 
 def crash_point(point: CrashPoint) -> None:

@@ -238,6 +238,8 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
         snapshot = store.load_snapshot(session, now, observed.busy)
         decisions = decide(snapshot)
         recorded = store.record_decisions(session, decisions, now)
+        if recorded.dispatched:
+            crash_point("in_record")
     t2 = time.perf_counter()
     if recorded.dispatched:
         crash_point("after_record")

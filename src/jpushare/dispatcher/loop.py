@@ -63,7 +63,7 @@ class Dispatcher:
             if held:
                 log.info("this process is now the dispatcher (%s)", self.lock.description)
             else:
-                log.warning("another process holds the dispatcher lock: standing by")
+                log.warning("another process holds the dispatcher lease: standing by")
         self._leading = held
         if not held:
             return None
@@ -96,10 +96,11 @@ class Dispatcher:
                 try:
                     self.run_once()
                     self._database_back()
-                except DATABASE_DOWN as exc:
-                    self._database_lost(exc)
-                except Exception:
-                    log.exception("dispatcher cycle failed; trying again next cycle")
+                except Exception as exc:
+                    if isinstance(exc, sa.exc.SQLAlchemyError) and database_down(exc):
+                        self._database_lost(exc)
+                    else:
+                        log.exception("dispatcher cycle failed; trying again next cycle")
                 stop.wait(max(0.0, self.cycle_s - (time.monotonic() - began)))
         finally:
             self.lock.release()
@@ -114,10 +115,18 @@ class Dispatcher:
 
     def _database_back(self) -> None:
         if self._database_down:
-            log.warning("database available again: dispatching resumes")
+            log.warning("database available again")
         self._database_down = False
 
 
 # What a database that is down, restarting or out of connections raises (a lost
 # connection, a refused one, a pool that waited too long): not a bug, one log line.
 DATABASE_DOWN = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
+
+
+def database_down(exc: sa.exc.SQLAlchemyError) -> bool:
+    """Whether `exc` says the database or our connection to it is gone (a server that
+    ended the session, e.g. PostgreSQL's idle-in-transaction timeout, included)."""
+    if isinstance(exc, DATABASE_DOWN):
+        return True
+    return isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
