@@ -32,6 +32,7 @@ database (`jpushare init --cluster FILE` reads it from the cluster file's tiers)
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -157,6 +158,8 @@ def _lease_s(text: str, cycle_s: float) -> float | None:
         lease_s = float(text)
     except ValueError as exc:
         raise ConfigError(f"JPUSHARE_LEASE_S must be a number of seconds: {exc}") from exc
+    if math.isinf(lease_s):
+        raise ConfigError(f"JPUSHARE_LEASE_S must be a finite number of seconds, not {text}")
     if not lease_s > cycle_s:  # also refuses NaN
         raise ConfigError(
             f"JPUSHARE_LEASE_S ({text}) must be longer than JPUSHARE_CYCLE_S ({cycle_s:g}): "
