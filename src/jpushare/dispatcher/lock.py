@@ -25,9 +25,10 @@ nothing was dispatched for as long as it stayed so. Now (issue 10):
   `sbatch` therefore wakes past its deadline and starts nothing; its jobs stay DISPATCHED
   and the new leader submits them (idempotent by (job, attempt), which also covers a
   freeze in the microseconds between the check and the call).
-- PostgreSQL: every fenced transaction sets `idle_in_transaction_session_timeout` to
-  `lease_s`, so a leader frozen *inside* a transaction (its row locks held by a session
-  that stays open) is cut off by the server, and the takeover waits at most that long.
+- PostgreSQL: the connections of fenced transactions have
+  `idle_in_transaction_session_timeout` = `lease_s`, so a leader frozen *inside* a
+  transaction (its row locks held by a session that stays open) is cut off by the server,
+  and the takeover waits at most that long.
 
 Why a lease row on SQLite too, and not `flock` plus an epoch: a frozen process keeps its
 `flock` (the kernel releases it only on death), which is the very failure this fixes, and
@@ -211,12 +212,26 @@ class DispatcherLease:
             bind.dispose()
 
     def _bound_idle(self, session: Session) -> None:
-        """PostgreSQL: the server ends this transaction if it idles longer than the lease."""
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(
-                sa.text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"),
-                {"ms": str(max(1, int(self.lease_s * 1000)))},
+        """PostgreSQL: the server ends a transaction that idles longer than the lease.
+
+        Set once per pooled connection (session-wide, remembered in the connection's
+        `info`): the API's requests may reuse the connection later, and none of their
+        transactions idles for that long either.
+        """
+        connection = session.connection()
+        if connection.dialect.name != "postgresql":
+            return
+        ms = str(max(1, int(self.lease_s * 1000)))
+        info = connection.connection.info
+        if info.get(_IDLE_TIMEOUT_KEY) != ms:
+            connection.execute(
+                sa.text("SELECT set_config('idle_in_transaction_session_timeout', :ms, false)"),
+                {"ms": ms},
             )
+            info[_IDLE_TIMEOUT_KEY] = ms
+
+
+_IDLE_TIMEOUT_KEY = "jpushare_idle_in_transaction_ms"  # in a pooled connection's `info`
 
 
 def lock_for(
