@@ -18,7 +18,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,8 +49,7 @@ def controller_up() -> bool:
     return "is UP" in out
 
 
-def _wait(done: object, what: str) -> None:
-    assert callable(done)
+def _wait(done: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not done():
         if time.monotonic() > deadline:
