@@ -8,6 +8,8 @@ SQLite and the local executor. Variables:
 - JPUSHARE_STATE_DIR: SQLite file, local executor's runs and logs; default ./var
 - JPUSHARE_EXECUTOR: `local` (default) or `slurm`
 - JPUSHARE_CYCLE_S: seconds between dispatch cycles; default 5
+- JPUSHARE_LEASE_S: seconds a dispatcher's lease lasts without a renewal: how long a
+  frozen or cut-off leader keeps the standbys waiting; default three cycles
 - JPUSHARE_ROUTER_URL: the LLM backfill router; unset = no router
 - JPUSHARE_HOST / JPUSHARE_PORT: where the API listens; default 127.0.0.1 / 8000
 - JPUSHARE_CLUSTER: a cluster file (simulator format) declaring GPUs for the local executor
@@ -36,6 +38,7 @@ database (`jpushare init --cluster FILE` reads it from the cluster file's tiers)
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -69,12 +72,21 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     placement_order: PlacementOrder = PlacementOrder.PACK
     slurm_submit_as_user: bool | None = None  # None: when the service runs as root
+    lease_s: float | None = None  # None: LEASE_CYCLES cycles
+
+    @property
+    def dispatcher_lease_s(self) -> float:
+        """How long the dispatcher's lease lasts without a renewal (`dispatcher.lock`)."""
+        return self.lease_s if self.lease_s is not None else LEASE_CYCLES * self.cycle_s
 
     @property
     def slurm_logs(self) -> Path:
         """Where the Slurm executor writes job output."""
         return self.slurm_log_dir or self.state_dir / "slurm-logs"
 
+
+# A leader renews its lease every cycle: three lengths ride out a slow cycle or two.
+LEASE_CYCLES = 3
 
 # A Slurm job name and a log file name are built from the prefix: keep it plain.
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
@@ -122,6 +134,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(f"JPUSHARE_CYCLE_S / JPUSHARE_PORT must be numbers: {exc}") from exc
     if cycle_s <= 0:
         raise ConfigError("JPUSHARE_CYCLE_S must be positive")
+    lease_s = _lease_s(e.get("JPUSHARE_LEASE_S", "").strip(), cycle_s)
     cluster = e.get("JPUSHARE_CLUSTER")
     log_dir = e.get("JPUSHARE_SLURM_LOG_DIR", "").strip()
     try:
@@ -176,4 +189,22 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_body_bytes=max_body,
         placement_order=placement,
         slurm_submit_as_user=as_user[as_user_text],
+        lease_s=lease_s,
     )
+
+
+def _lease_s(text: str, cycle_s: float) -> float | None:
+    if not text:
+        return None
+    try:
+        lease_s = float(text)
+    except ValueError as exc:
+        raise ConfigError(f"JPUSHARE_LEASE_S must be a number of seconds: {exc}") from exc
+    if math.isinf(lease_s):
+        raise ConfigError(f"JPUSHARE_LEASE_S must be a finite number of seconds, not {text}")
+    if not lease_s > cycle_s:  # also refuses NaN
+        raise ConfigError(
+            f"JPUSHARE_LEASE_S ({text}) must be longer than JPUSHARE_CYCLE_S ({cycle_s:g}): "
+            "the leader renews its lease once a cycle"
+        )
+    return lease_s

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from fastapi import APIRouter
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 
 from jpushare.store.schema import Job, JobEvent
@@ -204,3 +205,29 @@ def test_an_unexpected_failure_is_500_internal_without_a_traceback(api: ApiWorld
     e = error(api.client.get("/v1/boom"), 500, "INTERNAL")
     assert "secret" not in e["message"] and "Traceback" not in e["message"]
     assert e["details"] == {}
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        sa_exc.OperationalError("SELECT 1", {}, Exception("connection refused")),
+        sa_exc.InterfaceError("SELECT 1", {}, Exception("connection closed")),
+        sa_exc.TimeoutError("QueuePool limit of size 15 overflow 10 reached"),
+    ],
+    ids=["refused", "closed", "pool"],
+)
+def test_a_database_that_cannot_be_reached_is_503_database_unavailable(
+    api: ApiWorld, raised: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    router = APIRouter()
+
+    @router.get("/v1/database-down")
+    def down() -> None:
+        raise raised
+
+    api.app.include_router(router)
+    r = api.client.get("/v1/database-down")
+    e = error(r, 503, "DATABASE_UNAVAILABLE")
+    assert e["details"] == {"retry_after_s": int(r.headers["Retry-After"])}
+    assert "SELECT" not in e["message"]
+    assert not [rec for rec in caplog.records if rec.exc_info]  # one line, no traceback

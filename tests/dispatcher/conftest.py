@@ -3,6 +3,7 @@ executor over it, and bounded polling helpers (no bare sleeps as synchronisation
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import threading
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,7 +22,10 @@ from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
 from jpushare.sim.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
-from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
+from tests.database import db_url, empty_db_url, engine, new_database, sessions  # noqa: F401
+
+if TYPE_CHECKING:
+    from tests.dispatcher.processes import World
 
 # node-a: 2 x rtx4090 (one placement); node-b: 1 x rtx3080ti.
 CLUSTER_YAML = """
@@ -142,3 +147,32 @@ def rig(sessions: sessionmaker[Session], tmp_path: Path) -> Iterator[Rig]:  # no
     for run in executor.runs():  # nothing outlives the test
         if not run.state.ended:
             executor.cancel(run.executor_id)
+
+
+@pytest.fixture
+def world(sessions: sessionmaker[Session], db_url: str, tmp_path: Path) -> Iterator[World]:  # noqa: F811
+    """Real service processes on the test database (both backends); killed afterwards."""
+    from tests.dispatcher.processes import World  # it imports this module
+
+    w = World(sessions, db_url, tmp_path)
+    yield w
+    for service in w.services:
+        service.kill()
+
+
+@pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres)])
+def pg_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    """`world` on PostgreSQL only, for what SQLite cannot have (a connection to cut)."""
+    from tests.dispatcher.processes import World
+
+    with contextlib.contextmanager(new_database)(request.param, tmp_path) as url:
+        pg_engine = store.make_engine(url)
+        w: World | None = None
+        try:
+            store.upgrade(url)
+            w = World(store.make_sessionmaker(pg_engine), url, tmp_path)
+            yield w
+        finally:
+            for service in w.services if w is not None else []:
+                service.kill()
+            pg_engine.dispose()

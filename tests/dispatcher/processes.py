@@ -14,7 +14,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.dispatcher.conftest import CLUSTER_YAML, TIMEOUT_S, wait_for
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare import store
+from tests.dispatcher.conftest import CLUSTER_YAML, TIMEOUT_S, init_cluster, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,6 +32,9 @@ def service_env(db_url: str, state_dir: Path, **extra: str) -> dict[str, str]:
         JPUSHARE_STATE_DIR=str(state_dir),
         JPUSHARE_CLUSTER=str(cluster),
         JPUSHARE_CYCLE_S="0.2",
+        # Longer than a few cycles of a loaded 2-core machine, so a busy leader is not
+        # replaced (safe if it were, but the tests count leaders); short enough to wait for.
+        JPUSHARE_LEASE_S="3",
     )
     env.update(extra)
     return env
@@ -89,3 +95,48 @@ def executor_runs(state_dir: Path) -> list[tuple[str, int]]:
         data = json.loads(path.read_text())
         out.append((str(data["job_id"]), int(data["attempt"])))
     return sorted(out)
+
+
+LEADER = "this process is now the dispatcher"
+
+
+class World:
+    """A database with the test cluster, `serve --no-api` processes on it, jobs, events."""
+
+    def __init__(self, sessions: sessionmaker[Session], db_url: str, tmp: Path) -> None:
+        self.sessions = sessions
+        self.db_url = db_url
+        self.tmp = tmp
+        self.state = tmp / "state"
+        self.users = init_cluster(sessions)
+        self.services: list[Service] = []
+
+    def start(self, name: str, db_url: str | None = None, **extra: str) -> Service:
+        """A service on the database (through `db_url`, e.g. a proxy, if given)."""
+        env = service_env(db_url or self.db_url, self.state, **extra)
+        service = start_service(name, env, self.tmp, "--no-api", "--log-level", "INFO")
+        self.services.append(service)
+        return service
+
+    def submit(self, user: str, num_gpus: int, command: str) -> int:
+        with self.sessions.begin() as s:
+            return store.submit_job(
+                s,
+                user_id=self.users[user].id,
+                name=f"{user}-{num_gpus}",
+                command=command,
+                num_gpus=num_gpus,
+                now=store.utc_now(),
+            ).id
+
+    def job(self, job_id: int) -> store.JobRecord:
+        with self.sessions() as s:
+            return store.get_job(s, job_id)
+
+    def events(self, job_id: int) -> list[str]:
+        with self.sessions() as s:
+            return [e.kind for e in store.job_history(s, job_id)]
+
+    def all_done(self, job_ids: list[int]) -> bool:
+        with self.sessions() as s:
+            return all(store.get_job(s, j).state == "COMPLETED" for j in job_ids)

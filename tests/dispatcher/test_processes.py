@@ -4,66 +4,13 @@ and starts none twice once restarted. Both databases."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.dispatcher.crash_points import CRASH_AT_ENV
 from jpushare.dispatcher.lock import lock_for
-from tests.dispatcher.conftest import init_cluster, wait_for
-from tests.dispatcher.processes import Service, executor_runs, service_env, start_service
-
-LEADER = "this process is now the dispatcher"
-
-
-class World:
-    def __init__(self, sessions: sessionmaker[Session], db_url: str, tmp: Path) -> None:
-        self.sessions = sessions
-        self.db_url = db_url
-        self.tmp = tmp
-        self.state = tmp / "state"
-        self.users = init_cluster(sessions)
-        self.services: list[Service] = []
-
-    def start(self, name: str, **extra: str) -> Service:
-        env = service_env(self.db_url, self.state, **extra)
-        service = start_service(name, env, self.tmp, "--no-api", "--log-level", "INFO")
-        self.services.append(service)
-        return service
-
-    def submit(self, user: str, num_gpus: int, command: str) -> int:
-        with self.sessions.begin() as s:
-            return store.submit_job(
-                s,
-                user_id=self.users[user].id,
-                name=f"{user}-{num_gpus}",
-                command=command,
-                num_gpus=num_gpus,
-                now=store.utc_now(),
-            ).id
-
-    def job(self, job_id: int) -> store.JobRecord:
-        with self.sessions() as s:
-            return store.get_job(s, job_id)
-
-    def events(self, job_id: int) -> list[str]:
-        with self.sessions() as s:
-            return [e.kind for e in store.job_history(s, job_id)]
-
-    def all_done(self, job_ids: list[int]) -> bool:
-        with self.sessions() as s:
-            return all(store.get_job(s, j).state == "COMPLETED" for j in job_ids)
-
-
-@pytest.fixture
-def world(sessions: sessionmaker[Session], db_url: str, tmp_path: Path) -> Iterator[World]:
-    w = World(sessions, db_url, tmp_path)
-    yield w
-    for service in w.services:
-        service.kill()
+from tests.dispatcher.conftest import wait_for
+from tests.dispatcher.processes import LEADER, World, executor_runs
 
 
 def test_two_dispatcher_processes_on_one_database_only_one_acts(world: World) -> None:
@@ -71,7 +18,11 @@ def test_two_dispatcher_processes_on_one_database_only_one_acts(world: World) ->
     second = world.start("second")
     wait_for(lambda: LEADER in first.log() + second.log(), "one process takes the lock")
     # The lock is taken: a third contender cannot have it.
-    assert lock_for(world.db_url).hold() is False
+    third = lock_for(world.db_url, lease_s=3.0)
+    try:
+        assert third.hold() is False
+    finally:
+        third.release()
 
     marks = world.tmp / "ran"
     jobs = [

@@ -2,8 +2,11 @@
 
 Every error the API returns is `{"error": {"code": ..., "message": ..., "details": {...}}}`
 with one of the codes below, whatever raised it: a route (`ApiError`), the store's typed
-errors, FastAPI's request validation, Starlette's routing (unknown path, wrong method), or
-an unexpected exception (500 INTERNAL: logged with its traceback, never sent to the client).
+errors, FastAPI's request validation, Starlette's routing (unknown path, wrong method), a
+database that cannot be reached (503 DATABASE_UNAVAILABLE with `Retry-After`: it is down,
+restarting or out of connections; one log line, no traceback: the request was fine and
+may be sent again, and nothing of it was committed), or an unexpected exception (500
+INTERNAL: logged with its traceback, never sent to the client).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jpushare.store.errors import (
@@ -45,6 +49,7 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"  # 413: a request body over the service's limit
     INTERNAL = "INTERNAL"  # 500: a bug; details are in the server log only
     UNAVAILABLE = "UNAVAILABLE"  # 503: e.g. the log asked of a process without an executor
+    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"  # 503: the database cannot be reached now
 
 
 class ApiError(Exception):
@@ -125,6 +130,32 @@ def _validation_message(errors: Sequence[Any]) -> str:
     return "; ".join(parts) + more if parts else "invalid request"
 
 
+# What SQLAlchemy raises when the database is down, restarting, refusing connections or
+# out of them (the pool waited `pool_timeout`): the server's trouble, not the request's.
+DATABASE_DOWN: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+)
+RETRY_AFTER_S = 5
+
+
+def database_unavailable() -> ApiError:
+    """The 503 for a database that cannot be reached."""
+    return ApiError(
+        503,
+        ErrorCode.DATABASE_UNAVAILABLE,
+        "the database cannot be reached now; nothing was changed, try again in a few seconds",
+        {"retry_after_s": RETRY_AFTER_S},
+    )
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (a database error's is several lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 _HTTP_CODES = {
     401: ErrorCode.UNAUTHENTICATED,
     403: ErrorCode.FORBIDDEN,
@@ -173,6 +204,15 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else code.value.lower()
         return error_response(exc.status_code, code, message, headers=exc.headers)
 
+    async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
+        log.warning(
+            "%s %s: database unavailable: %s", request.method, request.url.path, first_line(exc)
+        )
+        api = database_unavailable()
+        return error_response(
+            api.status, api.code, api.message, api.details, {"Retry-After": str(RETRY_AFTER_S)}
+        )
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("%s %s: unhandled error", request.method, request.url.path, exc_info=exc)
         return error_response(500, ErrorCode.INTERNAL, "internal error; see the server log")
@@ -181,4 +221,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StoreError, on_store_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
+    for kind in DATABASE_DOWN:
+        app.add_exception_handler(kind, on_database_down)
     app.add_exception_handler(Exception, on_unexpected)

@@ -2,8 +2,8 @@
 
 - `observe`: the pure half of step 1 (busy GPUs, run transitions, stale runs);
 - `cycle`: one cycle, the numbered steps and their transactions (`run_cycle`);
-- `lock`: exactly one dispatcher per database (PostgreSQL advisory lock, SQLite flock);
-- `loop`: `Dispatcher.run_forever(stop)`, a cycle every `cycle_s` while holding the lock;
+- `lock`: exactly one dispatcher per database (a lease renewed each cycle, and its fence);
+- `loop`: `Dispatcher.run_forever(stop)`, a cycle every `cycle_s` while holding the lease;
 - `crash_points`: the `JPUSHARE_CRASH_AT` test hook.
 """
 

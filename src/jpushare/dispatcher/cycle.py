@@ -26,6 +26,12 @@
 
 The cycle never commits anything the executor has not told it, and never tells the executor
 anything the database has not committed. Crash points for tests: `crash_points.py`.
+
+Fencing (issue 10, `dispatcher.lock`): every writing transaction above is opened with
+`deps.begin()`, which commits only while this process holds the dispatcher lease, and
+every executor call (submit, cancel) and router yield is preceded by `deps.fence.may_act()`.
+A leader that lost the lease while frozen or cut off gets `LeaseLost` from the first of
+them: nothing more is recorded or started, and the loop steps down.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -41,6 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.dispatcher.crash_points import crash_point
+from jpushare.dispatcher.lock import Fence, LeaseLost, NoLock
 from jpushare.dispatcher.observe import (
     ActiveJob,
     Confirmed,
@@ -125,6 +133,16 @@ class CycleDeps:
     gpu_type_to_tier: Mapping[str, str] = field(default_factory=dict)
     inventory_memo: InventoryMemo = field(default_factory=lambda: InventoryMemo())
     placement_order: PlacementOrder = PlacementOrder.PACK  # SPEC §1 (JPUSHARE_PLACEMENT)
+    fence: Fence = field(default_factory=NoLock)  # the Dispatcher sets its lease here
+
+    def begin(self) -> AbstractContextManager[Session]:
+        """A writing transaction of the cycle: it commits only while this process leads."""
+        return self.fence.transaction(self.sessions)
+
+    def check_may_act(self) -> None:
+        """Before a side effect: `LeaseLost` unless this process may still act."""
+        if not self.fence.may_act():
+            raise LeaseLost("the dispatcher lease ran out before this call to the executor")
 
     def gpu_type_of(self, tier: str) -> str:
         """The executor's GPU type for a tier name (the mapping read backwards)."""
@@ -218,10 +236,12 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
 
     # 2-4. Snapshot, decide, record: one transaction.
     now = deps.clock()
-    with deps.sessions.begin() as session:
+    with deps.begin() as session:
         snapshot = store.load_snapshot(session, now, observed.busy)
         decisions = decide(snapshot, deps.placement_order)
         recorded = store.record_decisions(session, decisions, now)
+        if recorded.dispatched:
+            crash_point("in_record")
     t2 = time.perf_counter()
     if recorded.dispatched:
         crash_point("after_record")
@@ -284,7 +304,7 @@ def observe(
     ]
     counts: Counter[str] = Counter()
     missing: list[int] = []
-    with deps.sessions.begin() as session:
+    with deps.begin() as session:
         facts, mono = InventoryMemo.facts(mapped), time.monotonic()
         sync = deps.inventory_memo.needs_sync(facts, mono)
         if sync:
@@ -446,6 +466,7 @@ def stop_stale_runs(deps: CycleDeps, stale: Iterable[RunInfo]) -> tuple[str, ...
     """Stop runs whose job was cancelled, ended or requeued (idempotent; errors logged)."""
     stopped: list[str] = []
     for run in stale:
+        deps.check_may_act()
         try:
             deps.executor.cancel(run.executor_id)
         except Exception as exc:  # retried next cycle: the run is still stale then
@@ -503,13 +524,14 @@ def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
     for launch in launches:
         spec = launch.spec
         job_id = int(spec.job_id)
+        deps.check_may_act()
         # 5. SPEC §6: the router stops LLM backfill there; we do not wait for it.
         deps.router.request_yield(spec.node, launch.tier, spec.num_gpus, spec.job_id)
         try:
             executor_id = deps.executor.submit(spec)
         except SubmitRefused as exc:
             reason = f"the executor refused the job: {exc}"
-            with deps.sessions.begin() as session:
+            with deps.begin() as session:
                 store.fail_dispatch(
                     session, job_id, deps.clock(), reason=reason, attempt=spec.attempt
                 )
@@ -529,7 +551,7 @@ def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
     # run whose job has ended must not live on.
     started: list[int] = []
     orphans: list[tuple[int, str]] = []
-    with deps.sessions.begin() as session:
+    with deps.begin() as session:
         now = deps.clock()
         for launch, executor_id in accepted:
             spec = launch.spec
@@ -558,6 +580,7 @@ def start_runs(deps: CycleDeps, launches: Iterable[_Launch]) -> Outcome:
             started.append(job_id)  # an earlier cycle confirmed it already
             continue
         log.info("job %d ended before its run was confirmed: stopping %s", job_id, executor_id)
+        deps.check_may_act()
         try:
             deps.executor.cancel(executor_id)
         except Exception as exc:  # the next observe finds it stale and retries

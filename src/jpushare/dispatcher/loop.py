@@ -1,9 +1,12 @@
-"""The dispatcher's loop: a cycle every `cycle_s` seconds while this process holds the lock.
+"""The dispatcher's loop: a cycle every `cycle_s` seconds while this process holds the lease.
 
 `Dispatcher.run_forever(stop)` is what `jpushare serve` runs on a thread; `run_once()` is
-one lock check plus one cycle (tests drive it directly). A cycle that raises is logged and
-the loop goes on: every cycle's effects are transactions and idempotent calls, so the next
-cycle starts from whatever the last one committed.
+one lease renewal plus one cycle (tests drive it directly). A cycle that raises is logged
+and the loop goes on: every cycle's effects are transactions and idempotent calls, so the
+next cycle starts from whatever the last one committed. A cycle that finds the lease taken
+by another process (`LeaseLost`, see `dispatcher.lock`) has recorded nothing; this process
+stands by from then on. While the database cannot be reached the loop logs it once, one
+line, and says when it is back: dispatching pauses and resumes, nothing is decided blind.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+
+import sqlalchemy as sa
 
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
-from jpushare.dispatcher.lock import DispatcherLock
+from jpushare.dispatcher.lock import DispatcherLock, LeaseLost
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +44,12 @@ class Dispatcher:
     ) -> None:
         if cycle_s <= 0:
             raise ValueError("cycle_s must be positive")
-        self.deps = deps
+        self.deps = replace(deps, fence=lock)  # the cycle's transactions are fenced by it
         self.lock = lock
         self.cycle_s = cycle_s
         self.on_cycle = on_cycle
         self._leading = False
+        self._database_down = False
 
     @property
     def leading(self) -> bool:
@@ -56,11 +63,17 @@ class Dispatcher:
             if held:
                 log.info("this process is now the dispatcher (%s)", self.lock.description)
             else:
-                log.warning("another process holds the dispatcher lock: standing by")
+                log.warning("another process holds the dispatcher lease: standing by")
         self._leading = held
         if not held:
             return None
-        report = run_cycle(self.deps)
+        try:
+            report = run_cycle(self.deps)
+        except LeaseLost as exc:
+            log.warning("cycle abandoned, nothing recorded: %s", exc)
+            self.lock.lost()
+            self._leading = False
+            return None
         if report.observed is None:
             log.warning(report.summary())
         elif report.dispatched.started or report.dispatched.refused or report.resubmitted.started:
@@ -82,10 +95,38 @@ class Dispatcher:
                 began = time.monotonic()
                 try:
                     self.run_once()
-                except Exception:
-                    log.exception("dispatcher cycle failed; trying again next cycle")
+                    self._database_back()
+                except Exception as exc:
+                    if isinstance(exc, sa.exc.SQLAlchemyError) and database_down(exc):
+                        self._database_lost(exc)
+                    else:
+                        log.exception("dispatcher cycle failed; trying again next cycle")
                 stop.wait(max(0.0, self.cycle_s - (time.monotonic() - began)))
         finally:
             self.lock.release()
             self._leading = False
             log.info("dispatcher loop stopped")
+
+    def _database_lost(self, exc: sa.exc.SQLAlchemyError) -> None:
+        if not self._database_down:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            log.error("database unavailable, dispatching paused: %s", first_line)
+        self._database_down = True
+
+    def _database_back(self) -> None:
+        if self._database_down:
+            log.warning("database available again")
+        self._database_down = False
+
+
+# What a database that is down, restarting or out of connections raises (a lost
+# connection, a refused one, a pool that waited too long): not a bug, one log line.
+DATABASE_DOWN = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
+
+
+def database_down(exc: sa.exc.SQLAlchemyError) -> bool:
+    """Whether `exc` says the database or our connection to it is gone (a server that
+    ended the session, e.g. PostgreSQL's idle-in-transaction timeout, included)."""
+    if isinstance(exc, DATABASE_DOWN):
+        return True
+    return isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated

@@ -3,9 +3,9 @@
 Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
 → the single-account rule (`account_rule`: a service that is not root serves one Unix
 account only) → executor → LLM router client → the dispatcher loop on a thread (it acts
-only while it holds the dispatcher lock, see `dispatcher.lock`) → the API under uvicorn on the main
+only while it holds the dispatcher lease, see `dispatcher.lock`) → the API under uvicorn on the main
 thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
-(which finishes its cycle and lets go of the lock); jobs keep running, and the next
+(which finishes its cycle and releases its lease); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
 
 The executor (`JPUSHARE_EXECUTOR`):
@@ -207,7 +207,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         metrics.observe_dispatch_cycle(report.duration_s)
 
     thread: threading.Thread | None = None
-    lock = lock_for(settings.database_url)
+    lock = lock_for(settings.database_url, sessions=sessions, lease_s=settings.dispatcher_lease_s)
     if options.dispatcher:
         deps = CycleDeps(
             sessions,

@@ -42,6 +42,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 # closed when given back, so a pool smaller than the API's concurrent sessions (10, see
 # `jpushare.api.deps`) plus the dispatcher's would open and close a server connection
 # (a new PostgreSQL backend, milliseconds) for many requests under load.
+# Seconds to wait for a database server's connection: a server that is down or cut off
+# makes a request fail (the API: 503) and a cycle pause after this long, never hang. A
+# `connect_timeout` in the URL wins.
+CONNECT_TIMEOUT_S = 5
 SERVER_POOL_SIZE = 15
 SERVER_POOL_OVERFLOW = 10
 # The execution option that marks a connection's transactions read-only (see the module
@@ -91,9 +95,13 @@ def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
         engine = create_engine(parsed, echo=echo, connect_args={"timeout": 30.0})
         _configure_sqlite(engine)
         return engine
+    connect_args: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     return create_engine(
         parsed,
         echo=echo,
+        connect_args=connect_args,
         pool_pre_ping=True,
         pool_size=SERVER_POOL_SIZE,
         max_overflow=SERVER_POOL_OVERFLOW,

@@ -10,6 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from jpushare.api import queries
 from jpushare.api.deps import ContextDep
+from jpushare.api.errors import first_line
 from jpushare.api.schemas import HealthPublic
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,8 @@ def healthz(ctx: ContextDep, response: Response) -> HealthPublic:
     try:
         with ctx.read_sessions.begin() as session:  # not behind a writer on SQLite
             queries.ping(session)
-    except SQLAlchemyError:
-        log.warning("healthz: the database does not answer", exc_info=True)
+    except SQLAlchemyError as exc:
+        log.warning("healthz: the database does not answer: %s", first_line(exc))
         response.status_code = 503
         return HealthPublic(status="degraded", database="unreachable", time=ctx.clock())
     return HealthPublic(status="ok", database="ok", time=ctx.clock())
