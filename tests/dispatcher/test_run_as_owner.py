@@ -224,7 +224,7 @@ def test_an_account_missing_at_dispatch_fails_the_job(service: Service) -> None:
     job = service.submit("ghost", "true", "/tmp", {})
     ended = service.run_to_end(job)
     assert ended.state == "FAILED"
-    assert ended.reason is not None and "'jpst-nobody-here' does not exist" in ended.reason
+    assert ended.reason is not None and "no Unix account 'jpst-nobody-here'" in ended.reason
 
 
 def test_the_oom_check_and_the_log_read_the_owners_private_file(service: Service) -> None:

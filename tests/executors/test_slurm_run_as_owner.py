@@ -119,5 +119,5 @@ def test_a_directory_the_owner_cannot_enter_is_refused_before_sbatch(
 def test_an_account_that_does_not_exist_is_refused(executor: SlurmExecutor) -> None:
     require_root("sbatch --uid needs root")
     ghost = MadeAccount("jpst-no-such-account", 0, 0, "/nonexistent")
-    with pytest.raises(SubmitRefused, match="'jpst-no-such-account' does not exist"):
+    with pytest.raises(SubmitRefused, match="no Unix account 'jpst-no-such-account'"):
         executor.submit(_spec(ghost, "true", "/tmp", environment={}))

@@ -1,4 +1,4 @@
-"""The per-cycle invariants of SPEC §3 (issue 2, "Tests"), checked on one (snapshot, decisions).
+"""The per-cycle invariants of SPEC §3 (docs/policy.md §3.2), checked on one (snapshot, decisions).
 
 `check_cycle` replays the decision list against a ledger of idle and reserved GPUs per
 placement: every action must be possible at the moment it is taken, so a job below rank 0

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the policy (issue 2, "Tests").
+"""Hypothesis properties of the policy (docs/policy.md §3.2).
 
 One cycle on random snapshots: random tiers (some not auto-assign, some sharing a sort
 order), placements with busy GPUs and down nodes, a queue over a few labs with tied usage

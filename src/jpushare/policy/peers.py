@@ -1,4 +1,4 @@
-"""The peer policies `decide` is compared with: `hol-skip`, `fifo` and `backfill` (issue 2 §4).
+"""The peer policies `decide` is compared with: `hol-skip`, `fifo`, `backfill` (policy.md §11).
 
 Each is a pure function with decide's signature, `(Snapshot) -> Decisions`, and emits only
 `Dispatch` actions (no reservations, no "why"). They share decide's queue order

@@ -1,4 +1,4 @@
-"""The trace simulator: replays a job trace on a cluster through a policy (issue 2 §4).
+"""The trace simulator: replays a job trace on a cluster through a policy (docs/formats.md).
 
 `cluster_file` and `trace_file` read the two input formats, `engine` is the event-driven
 replay (it calls `jpushare.policy.decide` itself for the `reservation` policy), `report` and

@@ -1,4 +1,4 @@
-"""`jpushare simulate`: replay a trace on a cluster under one or more policies (issue 2 §4).
+"""`jpushare simulate`: replay a trace on a cluster under one or more policies (formats.md).
 
     jpushare simulate --cluster CLUSTER.yaml --trace TRACE.csv
                       [--policy reservation|hol-skip|fifo|backfill|all]...

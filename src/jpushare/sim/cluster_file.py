@@ -1,4 +1,4 @@
-"""CLUSTER.yaml: the cluster description format (issue 2 §4), parsed into plain policy types.
+"""CLUSTER.yaml: the cluster description (docs/formats.md §1), parsed into plain policy types.
 
     tiers:
       - {name: rtx4090, tflops: 82.6, sort_order: 20, max_gpus: 8, auto_assign: true,

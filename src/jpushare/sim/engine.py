@@ -32,7 +32,7 @@ release reason; `gpu_timeline` and `lab_timeline` feed the plots. Usage conserva
 every job has ended, `sum(lab_usage) - sum(initial_lab_usage) == sum(job.billed)` and each
 ended job's `billed == run_cost + reservation_cost`.
 
-Time (issue 2 §4): cycles at t = 0, c, 2c, ... At a cycle at t, every job end, cancel and
+Time (docs/formats.md §3): cycles at t = 0, c, 2c, ... At a cycle at t, every job end, cancel and
 node event with time <= t is applied (in time order; ends before cancels before node events
 at equal times), then every submission with submit_time <= t joins the queue (or is
 REJECTED: SPEC §2), then the policy runs once. A cycle is skipped when no event was applied

@@ -1,4 +1,4 @@
-"""TRACE.csv: the job trace format (issue 2 §4), parsed into `TraceJob`s.
+"""TRACE.csv: the job trace format (docs/formats.md §2), parsed into `TraceJob`s.
 
 Header `job_id,submit_time,duration,num_gpus,lab`, plus any of the optional columns
 `min_tier` (tier name; empty = lowest auto-assign tier), `cancel_time` (absolute seconds),

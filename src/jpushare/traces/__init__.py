@@ -1,4 +1,4 @@
-"""Real GPU-cluster traces turned into the simulator's TRACE.csv (issue 2 §4–§5).
+"""Real GPU-cluster traces turned into the simulator's TRACE.csv (docs/formats.md §2).
 
 What lives here, shared by the per-trace loaders (`philly`, `alibaba`):
 

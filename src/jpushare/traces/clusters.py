@@ -1,4 +1,4 @@
-"""Example clusters (CLUSTER.yaml, issue 2 §4) for replaying the real traces.
+"""Example clusters (CLUSTER.yaml, docs/formats.md §1) for replaying the real traces.
 
 - `philly_cluster`: a synthetic cluster of the project's own tiers (RTX 3080 Ti / 4090 /
   5090, SPEC §1's TFLOPS), mostly 8-GPU nodes, sized for the Philly last-10-days replay.
