@@ -7,6 +7,7 @@
 - `browser`: Debian's Chromium (/usr/bin/chromium), headless, driven by Playwright (the
   Python package only: its own browser downloads are never used). Missing browser: the
   test is skipped, or fails with CI=true.
+- `api`: the API tests' world (both databases), for the pages' HTTP tests.
 - `screenshots`: the folder the page screenshots go to: $JPUSHARE_SCREENSHOT_DIR, default
   `out/web-screenshots` in the repository; its path is printed at the end of the run.
 """
@@ -30,7 +31,10 @@ from jpushare.api import create_app
 from jpushare.executors.base import Executor
 from jpushare.store.engine import make_engine, make_sessionmaker, sqlite_url
 from jpushare.store.migrate import upgrade
-from tests.api.conftest import Clock
+from sqlalchemy.orm import Session, sessionmaker
+
+from tests.api.conftest import ApiWorld, Clock, make_world
+from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 from tests.web.scenario import Scenario, build_scenario, observed
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -75,6 +79,12 @@ class Served:
         )
         assert r.status_code == 200, r.text
         return r.json()
+
+
+@pytest.fixture
+def api(sessions: sessionmaker[Session]) -> Iterator[ApiWorld]:  # noqa: F811 (the fixture)
+    """The API tests' world (tests/api/conftest.py) on both databases."""
+    yield from make_world(sessions)
 
 
 def _free_port() -> int:

@@ -17,6 +17,7 @@ import pytest
 
 from jpushare.web.render import duration, percent
 from tests.web.conftest import REFRESH_S, Served, save_screenshot
+from jpushare.client.web import dashboard_link
 from tests.web.scenario import XSS_NAME
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
@@ -102,7 +103,8 @@ def test_a_visitor_signs_in_with_a_token_and_out_again(visit: Visit) -> None:
 def test_the_link_jpushare_web_prints_signs_in_and_leaves_no_token_in_the_address(
     visit: Visit,
 ) -> None:
-    visit.goto(f"/signin#token={visit.served.scenario.tokens['carol']}")
+    link = dashboard_link(visit.served.url, visit.served.scenario.tokens["carol"])
+    visit.page.goto(link)
     visit.page.wait_for_url(visit.served.url + "/")
     assert "carol" in visit.page.inner_text("header .who")
     assert visit.served.scenario.tokens["carol"] not in visit.page.url

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.client.web import register_web
 from jpushare.munge import default_munge
 
 EXIT_OK = 0
@@ -538,6 +539,7 @@ def register(subparsers: Any) -> None:
         metavar="WHEN",
         help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO time; default 7d",
     )
+    register_web(subparsers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

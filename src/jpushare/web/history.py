@@ -32,18 +32,26 @@ class Series:
 
     x: list[float]
     lines: dict[str, list[float | None]]
+    units: dict[str, str]  # line -> its unit; each unit gets its own axis
 
     def as_json(self) -> dict[str, object]:
-        return {"x": self.x, "lines": self.lines}
+        return {"x": self.x, "lines": self.lines, "units": self.units}
 
 
 def usage_series(
-    session: Session, usage_now: Mapping[str, float], now: datetime, window: timedelta
+    session: Session, usage_now: Mapping[str, float], now: datetime, start: datetime
 ) -> Series:
-    """Each lab's usage (TFLOP-s) at evenly spaced times over `window`, ending at `now` with
+    """Each lab's usage (TFLOP-s) at evenly spaced times from `start` to `now`, ending with
     `usage_now` (the labs route's figures)."""
-    start = now - window
     return usage_from_charges(lab_charges(session, start, now), usage_now, start, now)
+
+
+def usage_window_start(now: datetime, first_lab_created: datetime | None) -> datetime:
+    """The last `USAGE_WINDOW`, or less on a young cluster (from its first lab's creation)."""
+    start = now - USAGE_WINDOW
+    if first_lab_created is not None and start < first_lab_created < now:
+        return first_lab_created
+    return start
 
 
 def usage_from_charges(
@@ -65,7 +73,9 @@ def usage_from_charges(
         for i in range(len(mine) - 1, -1, -1):
             suffix[i] = suffix[i + 1] + mine[i].tflop_s
         lines[lab] = [round(current - suffix[bisect_right(at, t)], 3) for t in times]
-    return Series(x=[t.timestamp() for t in times], lines=lines)
+    return Series(
+        x=[t.timestamp() for t in times], lines=lines, units=dict.fromkeys(lines, "TFLOP-s")
+    )
 
 
 def watch_days(session: Session, now: datetime, days: int = WATCH_DAYS) -> list[WatchPublic]:
@@ -89,5 +99,6 @@ def watch_series(days: Sequence[WatchPublic]) -> Series:
         hold.append(None if w.hold_s.mean is None else round(w.hold_s.mean / 60, 2))
     return Series(
         x=[w.until.timestamp() for w in days],
-        lines={"failed reservations %": failed, "mean hold, min": hold},
+        lines={"failed reservations": failed, "mean hold": hold},
+        units={"failed reservations": "%", "mean hold": "minutes"},
     )

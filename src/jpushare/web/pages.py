@@ -118,7 +118,10 @@ def build_router(config: WebConfig) -> APIRouter:
             lab.name: (lab.usage_tflop_s / total if total > 0 else None) for lab in answer.data
         }
         usage_now = {lab.name: lab.usage_tflop_s for lab in answer.data}
-        series = history.usage_series(session, usage_now, ctx.clock(), history.USAGE_WINDOW)
+        now = ctx.clock()
+        first = min((lab.created_at for lab in answer.data), default=None)
+        start = history.usage_window_start(now, first)
+        series = history.usage_series(session, usage_now, now, start)
         return page(
             request,
             user,
@@ -128,6 +131,7 @@ def build_router(config: WebConfig) -> APIRouter:
             total=total,
             shares=shares,
             chart=series.as_json(),
+            chart_since=start,
         )
 
     @router.get("/jobs", response_class=HTMLResponse)

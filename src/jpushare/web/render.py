@@ -64,7 +64,17 @@ def percent(ratio: float | None) -> str:
     return f"{ratio * 100:.1f} %"
 
 
-_env.filters.update(utc=utc, duration=duration, tflops=tflops, percent=percent)
+# A person reads "QUEUED" where the API says GLOBAL_QUEUE_WAIT (the CLI prints the same).
+_STATE_LABELS = {"GLOBAL_QUEUE_WAIT": "QUEUED"}
+
+
+def state_label(state: str) -> str:
+    return _STATE_LABELS.get(state, state)
+
+
+_env.filters.update(
+    utc=utc, duration=duration, tflops=tflops, percent=percent, state_label=state_label
+)
 
 
 def render(template: str, **context: Any) -> str:

@@ -9,3 +9,8 @@
   document.getElementById("token").value = token;
   form.submit();
 })();
+
+// A job's output: show its newest lines (the end), as `tail` would.
+document.querySelectorAll("pre.log").forEach(function (pre) {
+  pre.scrollTop = pre.scrollHeight;
+});
