@@ -26,13 +26,12 @@ from typing import Any, cast
 import httpx
 import pytest
 import uvicorn
+from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare.api import create_app
 from jpushare.executors.base import Executor
 from jpushare.store.engine import make_engine, make_sessionmaker, sqlite_url
 from jpushare.store.migrate import upgrade
-from sqlalchemy.orm import Session, sessionmaker
-
 from tests.api.conftest import ApiWorld, Clock, make_world
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 from tests.web.scenario import Scenario, build_scenario, observed
@@ -98,11 +97,11 @@ def _free_port() -> int:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     url = sqlite_url(tmp_path_factory.mktemp("web") / "web.sqlite")
     upgrade(url)
-    engine = make_engine(url)
-    sessions = make_sessionmaker(engine)
+    bind = make_engine(url)
+    factory = make_sessionmaker(bind)
     clock = Clock()
     extra: dict[tuple[str, str], int] = {}
-    scenario = build_scenario(sessions, clock, extra)
+    scenario = build_scenario(factory, clock, extra)
     executor = LogOnlyExecutor()
     executor.outputs[str(scenario.jobs["llm-finetune"])] = "".join(
         f"epoch 1 step {i}: loss {2.0 / i:.4f} <b>not bold</b>\n" for i in range(1, 260)
@@ -111,7 +110,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         # A cycle longer than the tests: no page reloads itself under an assertion.
         env.setenv("JPUSHARE_CYCLE_S", str(REFRESH_S))
         app = create_app(
-            sessions,
+            factory,
             clock=clock,
             executor=cast(Executor, executor),
             observed_busy=lambda s: observed(s, extra),
@@ -130,7 +129,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     yield Served(f"http://127.0.0.1:{port}", scenario, clock, executor, extra)
     server.should_exit = True
     thread.join(timeout=10)
-    engine.dispose()
+    bind.dispose()
 
 
 def _missing_browser(reason: str) -> None:

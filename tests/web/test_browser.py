@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from jpushare.client.web import dashboard_link
 from jpushare.web.render import duration, percent
 from tests.web.conftest import REFRESH_S, Served, save_screenshot
-from jpushare.client.web import dashboard_link
 from tests.web.scenario import XSS_NAME
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
@@ -75,9 +75,7 @@ def visit(browser: Any, served: Served) -> Iterator[Visit]:
 def attrs(visit: Visit, selector: str, *names: str) -> list[dict[str, str | None]]:
     """The data-* attributes `names` of every element matching `selector`."""
     rows = visit.page.locator(selector)
-    return [
-        {n: rows.nth(i).get_attribute(f"data-{n}") for n in names} for i in range(rows.count())
-    ]
+    return [{n: rows.nth(i).get_attribute(f"data-{n}") for n in names} for i in range(rows.count())]
 
 
 def test_a_visitor_signs_in_with_a_token_and_out_again(visit: Visit) -> None:
@@ -237,9 +235,7 @@ def test_another_users_job_page_hides_what_the_api_hides(visit: Visit) -> None:
     assert visit.served.api(f"/v1/jobs/{job}", "bob")["command"] is None
     assert "python llm-finetune.py" not in visit.page.content()
     assert "hidden" in visit.page.inner_text("#details")
-    assert "a student may read the log of only their own jobs" in visit.page.inner_text(
-        "#log-note"
-    )
+    assert "a student may read the log of only their own jobs" in visit.page.inner_text("#log-note")
     assert visit.page.locator("#log").count() == 0
 
 

@@ -56,6 +56,23 @@ def test_signing_in_sets_a_strict_httponly_cookie_and_a_bad_token_is_refused(
     assert api.client.get("/labs", follow_redirects=False).status_code == 303
 
 
+def test_another_site_cannot_post_the_sign_in_form(api: ApiWorld) -> None:
+    r = api.client.post(
+        "/signin",
+        data={"token": api.tokens["alice"]},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "set-cookie" not in r.headers
+    same = api.client.post(
+        "/signin",
+        data={"token": api.tokens["alice"]},
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert same.status_code == 303 and COOKIE in same.headers["set-cookie"]
+
+
 def test_a_revoked_token_signs_the_browser_out_at_its_next_page(api: ApiWorld) -> None:
     signed_in(api, "carol")
     assert api.client.get("/", follow_redirects=False).status_code == 200
@@ -88,7 +105,7 @@ def test_a_job_named_like_a_script_is_shown_as_text_on_every_page(api: ApiWorld)
 
 def test_pages_forbid_inline_scripts_and_outside_origins(api: ApiWorld) -> None:
     signed_in(api)
-    for path in PAGES[:-2] + ["/watch", "/signin"]:
+    for path in [*PAGES[:4], "/watch", "/signin"]:
         r = api.client.get(path)
         policy = r.headers["content-security-policy"]
         assert "default-src 'self'" in policy and "script-src" not in policy, path

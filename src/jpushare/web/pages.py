@@ -29,7 +29,15 @@ from jpushare.api.schemas import (
 from jpushare.store.errors import NotFound
 from jpushare.store.records import UserRecord
 from jpushare.web import history
-from jpushare.web.auth import COOKIE, cookie_user, parse_form, safe_next, signin_url, token_user
+from jpushare.web.auth import (
+    COOKIE,
+    cookie_user,
+    parse_form,
+    safe_next,
+    same_origin,
+    signin_url,
+    token_user,
+)
 from jpushare.web.render import render
 
 LOG_TAIL_LINES = 200
@@ -157,7 +165,8 @@ def build_router(config: WebConfig) -> APIRouter:
         try:
             job = jobs.get_job(job_id=job_id, session=session, user=user)
         except NotFound:
-            return page(request, user, "jobs", "error.html", status=404, message=f"No job {job_id}.")
+            missing = f"No job {job_id}."
+            return page(request, user, "jobs", "error.html", status=404, message=missing)
         why = jobs.why(job_id=job_id, session=session, user=user, ctx=ctx)
         log_text: str | None = None
         try:
@@ -197,6 +206,8 @@ def build_router(config: WebConfig) -> APIRouter:
 
     @router.post("/signin", response_class=HTMLResponse)
     async def signin(request: Request) -> Response:
+        if not same_origin(request):  # another site may not sign this browser in
+            return _signin_page("/", "Sign in from this site's own page.", 403)
         form = parse_form(await request.body())
         target = safe_next(form.get("next"))
         token = form.get("token", "").strip()
@@ -238,4 +249,3 @@ def estimated_start(entry: QueueEntryPublic) -> datetime | None:
     `estimated_start` to the queue's entries); until then the page shows "—"."""
     value = getattr(entry, "estimated_start", None)
     return value if isinstance(value, datetime) else None
-
