@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import webbrowser
 from typing import Any, TextIO
 from urllib.parse import quote
 
@@ -46,6 +45,8 @@ def run_web(args: argparse.Namespace, out: TextIO | None = None) -> int:
     print(link, file=out)
     print("(the link holds your token: do not share it)", file=sys.stderr)
     if args.open:
+        import webbrowser  # only here: every CLI command imports this module
+
         webbrowser.open(link)
     return EXIT_OK
 

@@ -31,7 +31,12 @@
                   grid: { show: i === 0 } });
     });
     var scales = { x: { time: true } };
-    units.forEach(function (unit) { scales[unit] = { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } }; });
+    units.forEach(function (unit) {
+      scales[unit] = { range: function (u, lo, hi) {
+        if (unit === "%") return [0, 100];  // a rate reads best on its whole scale
+        return [0, hi > 0 ? hi * 1.1 : 1];
+      } };
+    });
     el.textContent = "";
     var plot = new uPlot({
       width: Math.max(320, el.clientWidth || 800),
@@ -39,6 +44,8 @@
       series: series,
       axes: axes,
       scales: scales,
+      // The pages print times in UTC: so do the charts' axes and legends.
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
     }, data, el);
     // After uPlot's own first legend update (which shows no point): show the last one.
     setTimeout(function () { plot.setLegend({ idx: doc.x.length - 1 }); }, 0);
