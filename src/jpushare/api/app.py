@@ -115,7 +115,8 @@ def create_app(
         title="JPU-Share",
         version=API_VERSION,
         description=DESCRIPTION,
-        docs_url="/docs",
+        docs_url=None,  # /docs and the dashboard: jpushare.web (no CDN)
+        redoc_url=None,
         openapi_url="/openapi.json",
     )
     app.state.jpushare = ApiContext(
@@ -146,6 +147,9 @@ def create_app(
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     for router in (jobs.router, cluster.router, stats.router, admin.router, service.router):
         app.include_router(router)
+    from jpushare.web import install_web  # here: jpushare.web imports the API's routes
+
+    install_web(app)
     return app
 
 

@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.client.web import register_web
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.munge import default_munge
 from jpushare.run_settings import ENV_NAME
@@ -650,6 +651,7 @@ def register(subparsers: Any) -> None:
         metavar="WHEN",
         help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO time; default 7d",
     )
+    register_web(subparsers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

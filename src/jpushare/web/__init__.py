@@ -1,0 +1,41 @@
+"""The dashboard at `/` and the offline /docs, served by the API process.
+
+`install_web(app)` adds the pages (`web.pages`), the sign-in (`web.auth`), the
+dashboard's own static files at `/static/web` (its CSS, its script and the vendored uPlot
+chart library, see static/vendor/uplot/README.md) and Swagger UI from local assets
+(`web.docs`). Nothing is fetched from another host.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from jpushare.web.docs import install_offline_docs
+from jpushare.web.pages import WebConfig, build_router
+
+STATIC_DIR = Path(__file__).parent / "static"
+DEFAULT_REFRESH_S = 5.0
+
+
+def refresh_from_env(env: dict[str, str] | None = None) -> float:
+    """The dispatch cycle (JPUSHARE_CYCLE_S, default 5 s): how often the pages reload."""
+    raw = (env if env is not None else dict(os.environ)).get("JPUSHARE_CYCLE_S", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return DEFAULT_REFRESH_S
+    return value if 0 < value < 86400 else DEFAULT_REFRESH_S
+
+
+def install_web(app: FastAPI, refresh_s: float | None = None) -> None:
+    """Add the dashboard, its static files and the offline /docs to `app`."""
+    install_offline_docs(app)
+    app.mount("/static/web", StaticFiles(directory=STATIC_DIR), name="web-static")
+    app.include_router(build_router(WebConfig(refresh_s or refresh_from_env())))
+
+
+__all__ = ["install_web"]

@@ -1,0 +1,251 @@
+"""The dashboard's pages: queue, placements, labs, my jobs (and one job), the watch-list.
+
+Read-only, server-rendered, signed in with the API's tokens (`web.auth`). Every figure is
+what the JSON API answers for the same state because each page *calls the API's route
+functions* (`api.routes.cluster.queue`, `.placements`, `.labs`, `jobs.list_jobs`, `get_job`,
+`why`, `job_log`, `stats.watch`) with the signed-in user, in the request's read-only
+session, and only lays their answers out: privacy (`api.privacy.for_viewer`) and the
+permission to read a log apply unchanged. Each page reloads itself every dispatch cycle.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from jpushare.api.deps import ContextDep, SessionDep, get_context
+from jpushare.api.errors import ApiError
+from jpushare.api.routes import cluster, jobs, stats
+from jpushare.api.schemas import (
+    INT64_MAX,
+    PlacementPublic,
+    QueueEntryPublic,
+)
+from jpushare.store.errors import NotFound
+from jpushare.store.records import UserRecord
+from jpushare.web import history
+from jpushare.web.auth import (
+    COOKIE,
+    cookie_user,
+    parse_form,
+    safe_next,
+    same_origin,
+    signin_url,
+    token_user,
+)
+from jpushare.web.render import render
+
+LOG_TAIL_LINES = 200
+
+# No inline script runs: the pages' code is /static/web/dashboard.js, their data is JSON in
+# non-executed <script type="application/json"> elements.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    """`refresh_s`: how often a page reloads itself (the dispatch cycle)."""
+
+    refresh_s: float
+
+
+def build_router(config: WebConfig) -> APIRouter:
+    """The pages, reloading every `config.refresh_s` seconds."""
+    router = APIRouter(include_in_schema=False)
+
+    def page(request: Request, user: UserRecord, name: str, template: str, **data: Any) -> Response:
+        html = render(
+            template,
+            user=user,
+            active=name,
+            now=get_context(request).clock(),
+            refresh_s=config.refresh_s,
+            **data,
+        )
+        return HTMLResponse(html, status_code=data.get("status", 200), headers=SECURITY_HEADERS)
+
+    @router.get("/", response_class=HTMLResponse)
+    def queue_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+        user = cookie_user(session, request)
+        if user is None:
+            return _to_signin(request)
+        answer = cluster.queue(session=session, user=user, ctx=ctx, offset=0, limit=500)
+        rows = [(e, estimated_start(e)) for e in answer.data]
+        return page(request, user, "queue", "queue.html", queue=answer, rows=rows)
+
+    @router.get("/placements", response_class=HTMLResponse)
+    def placements_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+        user = cookie_user(session, request)
+        if user is None:
+            return _to_signin(request)
+        answer = cluster.placements(session=session, user=user, ctx=ctx)
+        tiers = [t.name for t in cluster.tiers(session=session, user=user).data]
+        grid: dict[str, dict[str, PlacementPublic]] = defaultdict(dict)
+        for p in answer.data:
+            grid[p.node][p.tier] = p
+        used_tiers = [t for t in tiers if any(t in row for row in grid.values())]
+        nodes = [
+            (name, next(iter(row.values())), [(t, row.get(t)) for t in used_tiers])
+            for name, row in sorted(grid.items())
+        ]
+        totals = {
+            k: sum(getattr(p, k) for p in answer.data)
+            for k in ("capacity", "busy", "reserved", "idle", "llm_backfill_gpus")
+        }
+        totals["unavailable"] = sum(p.capacity - p.busy for p in answer.data if not p.schedulable)
+        return page(
+            request,
+            user,
+            "placements",
+            "placements.html",
+            placements=answer,
+            tiers=used_tiers,
+            nodes=nodes,
+            totals=totals,
+        )
+
+    @router.get("/labs", response_class=HTMLResponse)
+    def labs_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+        user = cookie_user(session, request)
+        if user is None:
+            return _to_signin(request)
+        answer = cluster.labs(session=session, user=user)
+        total = sum(lab.usage_tflop_s for lab in answer.data)
+        shares = {
+            lab.name: (lab.usage_tflop_s / total if total > 0 else None) for lab in answer.data
+        }
+        usage_now = {lab.name: lab.usage_tflop_s for lab in answer.data}
+        now = ctx.clock()
+        first = min((lab.created_at for lab in answer.data), default=None)
+        start = history.usage_window_start(now, first)
+        series = history.usage_series(session, usage_now, now, start)
+        return page(
+            request,
+            user,
+            "labs",
+            "labs.html",
+            labs=answer,
+            total=total,
+            shares=shares,
+            chart=series.as_json(),
+            chart_since=start,
+        )
+
+    @router.get("/jobs", response_class=HTMLResponse)
+    def my_jobs_page(request: Request, session: SessionDep) -> Response:
+        user = cookie_user(session, request)
+        if user is None:
+            return _to_signin(request)
+        answer = jobs.list_jobs(
+            session=session, user=user, state=None, lab=None, mine=True, before_id=None, limit=100
+        )
+        return page(request, user, "jobs", "jobs.html", jobs=answer)
+
+    @router.get("/jobs/{job_id}", response_class=HTMLResponse)
+    def job_page(
+        request: Request,
+        session: SessionDep,
+        ctx: ContextDep,
+        job_id: Annotated[int, Path(ge=1, le=INT64_MAX)],
+    ) -> Response:
+        user = cookie_user(session, request)
+        if user is None:
+            return _to_signin(request)
+        try:
+            job = jobs.get_job(job_id=job_id, session=session, user=user)
+        except NotFound:
+            missing = f"No job {job_id}."
+            return page(request, user, "jobs", "error.html", status=404, message=missing)
+        why = jobs.why(job_id=job_id, session=session, user=user, ctx=ctx)
+        log_text: str | None = None
+        try:
+            log = jobs.job_log(job_id=job_id, session=session, user=user, ctx=ctx, attempt=None)
+        except ApiError as exc:  # not yours (403), or no executor in this process (503)
+            log_note = exc.message
+        else:
+            lines = log.log.splitlines()
+            log_text = "\n".join(lines[-LOG_TAIL_LINES:])
+            log_note = f"attempt {log.attempt}" if log.attempt else "no attempt has started yet"
+            if len(lines) > LOG_TAIL_LINES:
+                log_note += f": the last {LOG_TAIL_LINES} of {len(lines)} lines"
+        return page(
+            request, user, "jobs", "job.html", job=job, why=why, log=log_text, log_note=log_note
+        )
+
+    @router.get("/watch", response_class=HTMLResponse)
+    def watch_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+        user = cookie_user(session, request)
+        if user is None:
+            return _to_signin(request)
+        answer = stats.watch(session=session, user=user, ctx=ctx, since=stats.DEFAULT_SINCE)
+        days = history.watch_days(session, answer.until)
+        return page(
+            request,
+            user,
+            "watch",
+            "watch.html",
+            watch=answer,
+            days=days,
+            chart=history.watch_series(days).as_json(),
+        )
+
+    @router.get("/signin", response_class=HTMLResponse)
+    def signin_form(next: str = "/") -> Response:
+        return _signin_page(next, None, 200)
+
+    @router.post("/signin", response_class=HTMLResponse)
+    async def signin(request: Request) -> Response:
+        if not same_origin(request):  # another site may not sign this browser in
+            return _signin_page("/", "Sign in from this site's own page.", 403)
+        form = parse_form(await request.body())
+        target = safe_next(form.get("next"))
+        token = form.get("token", "").strip()
+        with get_context(request).read_sessions.begin() as session:
+            user = token_user(session, token)
+        if user is None:
+            return _signin_page(target, "That token is not valid (or it was revoked).", 401)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    @router.post("/signout")
+    def signout() -> Response:
+        response = RedirectResponse("/signin", status_code=303)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    return router
+
+
+def _to_signin(request: Request) -> Response:
+    return RedirectResponse(signin_url(request.url.path), status_code=303)
+
+
+def _signin_page(next_path: str, error: str | None, status: int) -> Response:
+    html = render("signin.html", next=safe_next(next_path), error=error, user=None)
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def estimated_start(entry: QueueEntryPublic) -> datetime | None:
+    """The queue entry's estimated start, when the API gives one (issue 11 §3 adds
+    `estimated_start` to the queue's entries); until then the page shows "—"."""
+    value = getattr(entry, "estimated_start", None)
+    return value if isinstance(value, datetime) else None
