@@ -238,8 +238,10 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
                 never_total[i] += total - len(waits)
                 never.append(f"{r.label} {total - len(waits)}")
         title = f"{n} GPU{'s' if n > 1 else ''}: {jobs} job{'s' if jobs != 1 else ''}"
-        if never:
-            title += "\nnever started: " + ", ".join(never)
+        if len(never) <= 2:  # named when it fits on a line; else the legend has the counts
+            title += ("\nnever started: " + ", ".join(never)) if never else ""
+        else:
+            title += f"\nsome never started under {len(never)} runs (counts in the legend)"
         ax.set_title(title, fontsize="medium")
         ax.set_xscale("log")
         ax.set_xlim(WAIT_FLOOR_S, hi)
