@@ -29,9 +29,8 @@ from jpushare.policy.peers import POLICIES
 from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.sim.engine import simulate
 from jpushare.sim.trace_file import TraceJob, load_trace
-from jpushare.traces import DAY_S, TraceRow, write_trace
-from jpushare.traces.alibaba import AlibabaOptions, load_alibaba
-from jpushare.traces.philly import PhillyOptions, load_philly
+from jpushare.traces import TraceRow, write_trace
+from jpushare.traces.shipped import shipped_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "traces"
@@ -45,17 +44,7 @@ class Case:
 
     def rows(self) -> list[TraceRow]:
         """The converted trace, as compare_policies.py builds it."""
-        if self.name == "philly":
-            rows, _ = load_philly(
-                DATA / "philly_dirlab_15k" / "philly_data_training.csv",
-                PhillyOptions(window_s=10 * DAY_S),
-            )
-            return rows
-        rows, _ = load_alibaba(
-            DATA / "alibaba_openb_2023" / "openb_pod_list_default.csv",
-            AlibabaOptions(window_s=35 * DAY_S, carry_over=True),
-        )
-        return rows
+        return shipped_trace("philly-10d" if self.name == "philly" else "alibaba-35d", DATA)
 
 
 CASES = {

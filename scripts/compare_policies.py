@@ -30,11 +30,11 @@ from typing import Any
 
 from jpushare.sim.report import lab_failure_rows, watch_rows
 from jpushare.traces import DAY_S, TraceRow, offered_load, write_trace
-from jpushare.traces.alibaba import AlibabaOptions, load_alibaba
 from jpushare.traces.clusters import cluster_gpus
-from jpushare.traces.philly import PhillyOptions, load_philly
+from jpushare.traces.shipped import shipped_trace
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "traces"
 POLICIES = ("reservation", "hol-skip", "fifo", "backfill")
 PLACEMENTS = ("pack", "spread")
 GPU_COUNTS = ("1", "2", "4", "8")
@@ -69,18 +69,7 @@ CASES = (
 
 def build_trace(case: Case) -> list[TraceRow]:
     """The converted trace of a case (same rules as its `trace_command`)."""
-    data = ROOT / "data" / "traces"
-    if case.name == "philly-10d":
-        rows, _ = load_philly(
-            data / "philly_dirlab_15k" / "philly_data_training.csv",
-            PhillyOptions(window_s=10 * DAY_S),
-        )
-        return rows
-    rows, _ = load_alibaba(
-        data / "alibaba_openb_2023" / "openb_pod_list_default.csv",
-        AlibabaOptions(window_s=35 * DAY_S, carry_over=True),
-    )
-    return rows
+    return shipped_trace("philly-10d" if case.name == "philly-10d" else "alibaba-35d", DATA)
 
 
 def simulate_command(case: Case, trace: Path, out: Path) -> list[str]:
