@@ -23,7 +23,7 @@ from jpushare.service.account_rule import check_service_account
 from jpushare.service.demo import ADMIN_USER, prepare_demo, user_name
 from jpushare.sim.cluster_file import load_cluster
 from tests.dispatcher.conftest import CLUSTER_YAML
-from tests.unix_test_accounts import make_accounts, require_root_and_munge
+from tests.unix_accounts import make_accounts, require_root_and_munge
 
 
 @pytest.fixture

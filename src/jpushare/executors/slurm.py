@@ -16,8 +16,10 @@ How a run maps onto Slurm:
   slurmd runs the job as the user inside Slurm's own isolation (cgroups, as configured);
 - where, with what (jobs with a `workdir`): `--chdir`, checked first as the owner (Slurm
   would run the job in /tmp instead); the job's environment exactly, as sbatch's own
-  (`--export=ALL` of an sbatch started with it; SBATCH_*/SLURM_* input variables are
-  dropped so they cannot change the submission), the account's HOME/USER/LOGNAME/SHELL;
+  (`export` lines at the top of the batch script: sbatch itself runs with the service's
+  PATH and SLURM_CONF only, so the submitter's PATH or LD_PRELOAD never reach the root
+  process; SBATCH_*/SLURM_* input variables are dropped), the account's
+  HOME/USER/LOGNAME/SHELL;
   stdout/stderr in the owner's files (`--output/--error`, %j and %a substituted here, any
   other % escaped, `--open-mode=append` as the local executor), which slurmd creates as
   the owner; `--cpus-per-gpu`, `--mem-per-gpu`. `<log_dir>/<name>.run.json` remembers
@@ -292,13 +294,14 @@ class SlurmExecutor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         account = self._account(spec)
         env: Mapping[str, str] | None = None
+        job_env: Mapping[str, str] = {}
         if spec.workdir is None:
             where = [f"--output={self.log_path(spec.job_id, spec.attempt)}"]
             if account is not None:  # not the service's environment under another account
-                env = self._job_env(spec, account)
+                env, job_env = self._sbatch_env(), self._job_env(spec, account)
         else:
             where = self._owner_run(spec, account, name)
-            env = self._job_env(spec, account)
+            env, job_env = self._sbatch_env(), self._job_env(spec, account)
         gres_type = self.gres_type(spec.gpu_type)
         gres = f"gpu:{gres_type}:{spec.num_gpus}" if gres_type != "gpu" else f"gpu:{spec.num_gpus}"
         argv = [
@@ -329,6 +332,11 @@ class SlurmExecutor:
         script = "".join(
             [
                 "#!/bin/bash\n",
+                *(
+                    f"export {k}={shlex.quote(v)}\n"
+                    for k, v in job_env.items()
+                    if k not in _BASH_READONLY
+                ),
                 f"export JPUSHARE_JOB_ID={shlex.quote(spec.job_id)}\n",
                 f"export JPUSHARE_ATTEMPT={spec.attempt}\n",
                 f"export JPUSHARE_JOB_NAME={shlex.quote(spec.name)}\n",
@@ -384,8 +392,11 @@ class SlurmExecutor:
         return args
 
     def _job_env(self, spec: LaunchSpec, account: UnixAccount | None) -> dict[str, str]:
-        """sbatch's environment for a job with its own: the job's (less what would change
-        the submission), the account's login variables, what sbatch needs to run."""
+        """The environment of a job with its own: the job's (less Slurm's input variables,
+        which would not be the job's own in an sbatch job either) and the account's login
+        variables. It travels in the batch script (`export` lines), never as sbatch's own
+        environment: sbatch runs as the service (root), and the submitter's PATH would
+        choose the program it runs, LD_PRELOAD load their code into it."""
         env = {
             k: v
             for k, v in (spec.environment or {}).items()
@@ -393,10 +404,16 @@ class SlurmExecutor:
         }
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env |= (account or service_account()).login_env()
+        return env
+
+    def _sbatch_env(self) -> dict[str, str]:
+        """sbatch's own environment for a job with its own: what sbatch needs (the
+        service's PATH and SLURM_CONF), nothing of the service's settings or the job's.
+        sbatch hands its umask to the job as SLURM_UMASK unless that is set: the owner's
+        output files are not for other users (0600), whatever the service's umask."""
+        env = {"PATH": self._sbatch_needs.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
         if "SLURM_CONF" in self._sbatch_needs:
             env["SLURM_CONF"] = self._sbatch_needs["SLURM_CONF"]
-        # sbatch hands its umask to the job as SLURM_UMASK unless that is set: the owner's
-        # output files are not for other users (0600), whatever the service's umask.
         env["SLURM_UMASK"] = "0077"
         return env
 
@@ -564,6 +581,8 @@ class SlurmExecutor:
 
 
 LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB, as the local executor
+# Variables bash will not take from `export` (it would print an error into the job's output).
+_BASH_READONLY = frozenset({"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"})
 
 
 def _slurm_escaped(path: str) -> str:
