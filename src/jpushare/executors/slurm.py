@@ -41,12 +41,15 @@ How a run maps onto Slurm:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import shlex
+import stat
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -89,6 +92,10 @@ from jpushare.unix_accounts import (
     resolve_account,
     service_account,
 )
+
+
+class UntrustedRecord(OSError):
+    """A run record in the log directory that this service did not write."""
 
 
 class SlurmError(RuntimeError):
@@ -421,19 +428,38 @@ class SlurmExecutor:
         return self.log_dir / f"{name}.run.json"
 
     def _write_run_record(self, name: str, record: Mapping[str, object]) -> None:
+        """Written through a new temporary file of a random name (O_EXCL: never a file or
+        symlink that a user planted in a log directory they may write) renamed over it."""
         path = self._run_record_path(name)
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def _read_run_record(self, job_id: str, attempt: int) -> dict[str, object] | None:
+        """The run's record; None if there is none. A record this service did not write (a
+        symlink, or a file of another owner: users may write the log directory) names files
+        and an account the service would read as: UntrustedRecord."""
+        path = self._run_record_path(run_name(self.name_prefix, job_id, attempt))
         try:
-            text = self._run_record_path(run_name(self.name_prefix, job_id, attempt)).read_text()
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
             return None
-        data = json.loads(text)
+        except OSError as exc:
+            raise UntrustedRecord(f"{path}: {exc.strerror or exc}") from exc
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise UntrustedRecord(f"{path}: not written by this service")
+            try:
+                data = json.loads(f.read())
+            except (OSError, ValueError) as exc:
+                raise UntrustedRecord(f"{path}: {exc}") from exc
         return data if isinstance(data, dict) else None
 
     def runs(self) -> list[RunInfo]:
@@ -526,7 +552,10 @@ class SlurmExecutor:
     ) -> list[str]:
         """The ends of the run's output (and error) files, this attempt's part unless
         `from_start`; read as their owner where the job ran as one."""
-        record = self._read_run_record(job_id, attempt)
+        try:
+            record = self._read_run_record(job_id, attempt)
+        except UntrustedRecord:
+            return []
         account: UnixAccount | None = None
         files: list[tuple[str, int]]
         if record is None:  # before revision 0003: our own log
