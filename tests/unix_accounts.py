@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 import pytest
@@ -101,10 +101,8 @@ def made_accounts(*roles: str) -> Iterator[dict[str, MadeAccount]]:
         yield out
     finally:
         for name in made:  # the tests stop their jobs first; --force: even so
-            try:
+            with suppress(RuntimeError):
                 account_command(["userdel", "--force", "--remove", name])
-            except RuntimeError:
-                pass
 
 
 @contextmanager

@@ -22,7 +22,6 @@ from jpushare.store.schema import User
 from jpushare.web.auth import COOKIE
 from tests.api.conftest import ALL_BUSY, ApiWorld, make_world
 from tests.api.test_log_local import wait_for
-from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 
 SECRET = "s3cr3t-output"
 COMMAND = f"echo {SECRET}; echo {SECRET}-err >&2"

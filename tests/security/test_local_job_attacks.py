@@ -167,7 +167,7 @@ def test_the_job_cannot_reach_its_root_wrapper_or_another_users_job(setup: Setup
         "try exitfile 'echo 0 > $prefix.exit'",
         "try statedir 'ls $(dirname $prefix)'",
         # What the job itself holds: only its standard streams.
-        "for fd in /proc/self/fd/*; do echo \"fd $fd $(readlink $fd)\"; done",
+        'for fd in /proc/self/fd/*; do echo "fd $fd $(readlink $fd)"; done',
         f"sleep 0.2; echo done > {report}.done",
     ]
     ex.submit(_spec("b-job", b, "\n".join(probes), output=str(report)))

@@ -99,7 +99,7 @@ def test_the_job_still_gets_its_environment_through_the_script(tmp_path: Path) -
     prelude = script.replace("echo hi\n", "")
     code = (
         f"{prelude}\npython3 -c 'import json,os; json.dump(dict(os.environ), "
-        f"open(\"{dump}\", \"w\"))'\n"
+        f'open("{dump}", "w"))\'\n'
     )
     runner = _script(tmp_path / "run.sh", "")
     runner.write_text(code)

@@ -51,9 +51,7 @@ def _serve(state: Path, url: str | None = None) -> str:
     return lines[0]
 
 
-def test_a_state_directory_of_another_account_is_refused(
-    top: Path, student: MadeAccount
-) -> None:
+def test_a_state_directory_of_another_account_is_refused(top: Path, student: MadeAccount) -> None:
     state = top / "state"
     state.mkdir(mode=0o777)
     os.chown(state, student.uid, student.gid)
