@@ -17,7 +17,7 @@ from jpushare.munge import (
     default_munge,
     request_payload,
 )
-from tests.unix_test_accounts import require_root_and_munge
+from tests.unix_accounts import require_root_and_munge
 
 BACKENDS = [pytest.param(LibMunge, id="libmunge"), pytest.param(MungeCommands, id="commands")]
 

@@ -14,7 +14,7 @@ from jpushare.unix_accounts import (
     service_account,
     valid_account_name,
 )
-from tests.unix_test_accounts import account_command, make_accounts, require_root_and_munge
+from tests.unix_accounts import account_command, make_accounts, require_root_and_munge
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Issue 9 §2: sign-in with a MUNGE credential, against the real munged of this machine.
 
-Each test makes Unix accounts (root; `tests.unix_test_accounts`) and credentials as them
+Each test makes Unix accounts (root; `tests.unix_accounts`) and credentials as them
 with the `munge` command, as the CLI of that user would, and sends them to the API on
 both databases, decoded by libmunge and by the `unmunge` command.
 """
@@ -20,7 +20,7 @@ from jpushare import store
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.munge import LibMunge, Munge, MungeCommands, request_payload
 from tests.api.conftest import ApiWorld, make_world
-from tests.unix_test_accounts import credential_as, make_accounts, require_root_and_munge
+from tests.unix_accounts import credential_as, make_accounts, require_root_and_munge
 
 
 @pytest.fixture(params=["libmunge", "unmunge"])

@@ -18,7 +18,7 @@ from jpushare.policy import decide
 from tests.api.conftest import ALL_BUSY, Clock, build_world
 from tests.client.server import running_server
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
-from tests.unix_test_accounts import require_root_and_munge
+from tests.unix_accounts import require_root_and_munge
 
 
 class Served:

@@ -286,11 +286,15 @@ def test_a_job_with_a_directory_gets_its_files_environment_and_resources(
     assert "--open-mode=append" in argv
     assert "--cpus-per-gpu=6" in argv and "--mem-per-gpu=16384M" in argv
     assert not any(a.startswith("--uid") for a in argv)
-    env = slurm.calls[-1][2]
-    assert env["MYVAR"] == "1" and env["SLURM_UMASK"] == "0077"
-    assert "SBATCH_QOS" not in env and "SLURM_JOB_ID" not in env  # cannot steer sbatch
-    assert "JPUSHARE_DATABASE_URL" not in env
-    assert {"HOME", "USER", "LOGNAME", "SHELL"} <= set(env)
+    _, script, env = slurm.calls[-1]
+    assert script is not None
+    # The job's variables travel in the script; sbatch's own environment is the service's
+    # PATH/SLURM_CONF and the umask (tests/security/test_slurm_submission.py).
+    assert "export MYVAR=1\n" in script and env["SLURM_UMASK"] == "0077"
+    assert "MYVAR" not in env
+    assert "SBATCH_QOS" not in script + str(env) and "SLURM_JOB_ID" not in script + str(env)
+    assert "JPUSHARE_DATABASE_URL" not in script + str(env)
+    assert all(f"export {k}=" in script for k in ("HOME", "USER", "LOGNAME", "SHELL"))
 
 
 def test_as_root_the_owners_uid_and_gid_go_to_sbatch(tmp_path: Path) -> None:

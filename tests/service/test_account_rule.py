@@ -23,7 +23,7 @@ from jpushare.service.account_rule import check_service_account
 from jpushare.service.demo import ADMIN_USER, prepare_demo, user_name
 from jpushare.sim.cluster_file import load_cluster
 from tests.dispatcher.conftest import CLUSTER_YAML
-from tests.unix_test_accounts import make_accounts, require_root_and_munge
+from tests.unix_accounts import make_accounts, require_root_and_munge
 
 
 @pytest.fixture
@@ -78,6 +78,9 @@ def test_serve_says_so_in_one_line_and_exits_2(
     monkeypatch.setenv("JPUSHARE_DATABASE_URL", db_url)
     monkeypatch.setenv("JPUSHARE_STATE_DIR", str(tmp_path / "var"))
     run_as(monkeypatch, a)
+    # Only the uid is faked: the state and database files are really root's, which the
+    # ownership check (tests/security/test_state_ownership.py) would refuse first.
+    monkeypatch.setattr("jpushare.service.serve.check_state_is_ours", lambda settings: None)
     code = main(["serve", "--no-dispatcher", "--port", "9"])
     err = capsys.readouterr().err
     assert code == 2

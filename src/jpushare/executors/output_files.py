@@ -130,8 +130,12 @@ def read_tail(
 
 
 def _read_here(path: str, limit: int, start: int) -> Tail | None:
+    # As root (a file with no owner to read it as: a job's output in the Slurm log
+    # directory, which users may write), a symlink or a second hard link is a user's
+    # pointer to a file they could not read: refused.
+    as_root = os.geteuid() == 0
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (os.O_NOFOLLOW * as_root))
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -140,6 +144,8 @@ def _read_here(path: str, limit: int, start: int) -> Tail | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OutputUnreadable(f"{path}: not a regular file")
+        if as_root and st.st_nlink > 1:
+            raise OutputUnreadable(f"{path}: a file with several links is not read as root")
         begin = max(start, st.st_size - limit)
         f.seek(begin)
         data = f.read(max(0, st.st_size - begin))

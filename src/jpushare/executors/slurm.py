@@ -16,8 +16,10 @@ How a run maps onto Slurm:
   slurmd runs the job as the user inside Slurm's own isolation (cgroups, as configured);
 - where, with what (jobs with a `workdir`): `--chdir`, checked first as the owner (Slurm
   would run the job in /tmp instead); the job's environment exactly, as sbatch's own
-  (`--export=ALL` of an sbatch started with it; SBATCH_*/SLURM_* input variables are
-  dropped so they cannot change the submission), the account's HOME/USER/LOGNAME/SHELL;
+  (`export` lines at the top of the batch script: sbatch itself runs with the service's
+  PATH and SLURM_CONF only, so the submitter's PATH or LD_PRELOAD never reach the root
+  process; SBATCH_*/SLURM_* input variables are dropped), the account's
+  HOME/USER/LOGNAME/SHELL;
   stdout/stderr in the owner's files (`--output/--error`, %j and %a substituted here, any
   other % escaped, `--open-mode=append` as the local executor), which slurmd creates as
   the owner; `--cpus-per-gpu`, `--mem-per-gpu`. `<log_dir>/<name>.run.json` remembers
@@ -39,12 +41,15 @@ How a run maps onto Slurm:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import shlex
+import stat
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -87,6 +92,10 @@ from jpushare.unix_accounts import (
     resolve_account,
     service_account,
 )
+
+
+class UntrustedRecord(OSError):
+    """A run record in the log directory that this service did not write."""
 
 
 class SlurmError(RuntimeError):
@@ -292,13 +301,14 @@ class SlurmExecutor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         account = self._account(spec)
         env: Mapping[str, str] | None = None
+        job_env: Mapping[str, str] = {}
         if spec.workdir is None:
             where = [f"--output={self.log_path(spec.job_id, spec.attempt)}"]
             if account is not None:  # not the service's environment under another account
-                env = self._job_env(spec, account)
+                env, job_env = self._sbatch_env(), self._job_env(spec, account)
         else:
             where = self._owner_run(spec, account, name)
-            env = self._job_env(spec, account)
+            env, job_env = self._sbatch_env(), self._job_env(spec, account)
         gres_type = self.gres_type(spec.gpu_type)
         gres = f"gpu:{gres_type}:{spec.num_gpus}" if gres_type != "gpu" else f"gpu:{spec.num_gpus}"
         argv = [
@@ -329,6 +339,11 @@ class SlurmExecutor:
         script = "".join(
             [
                 "#!/bin/bash\n",
+                *(
+                    f"export {k}={shlex.quote(v)}\n"
+                    for k, v in job_env.items()
+                    if k not in _BASH_READONLY
+                ),
                 f"export JPUSHARE_JOB_ID={shlex.quote(spec.job_id)}\n",
                 f"export JPUSHARE_ATTEMPT={spec.attempt}\n",
                 f"export JPUSHARE_JOB_NAME={shlex.quote(spec.name)}\n",
@@ -384,8 +399,11 @@ class SlurmExecutor:
         return args
 
     def _job_env(self, spec: LaunchSpec, account: UnixAccount | None) -> dict[str, str]:
-        """sbatch's environment for a job with its own: the job's (less what would change
-        the submission), the account's login variables, what sbatch needs to run."""
+        """The environment of a job with its own: the job's (less Slurm's input variables,
+        which would not be the job's own in an sbatch job either) and the account's login
+        variables. It travels in the batch script (`export` lines), never as sbatch's own
+        environment: sbatch runs as the service (root), and the submitter's PATH would
+        choose the program it runs, LD_PRELOAD load their code into it."""
         env = {
             k: v
             for k, v in (spec.environment or {}).items()
@@ -393,10 +411,16 @@ class SlurmExecutor:
         }
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env |= (account or service_account()).login_env()
+        return env
+
+    def _sbatch_env(self) -> dict[str, str]:
+        """sbatch's own environment for a job with its own: what sbatch needs (the
+        service's PATH and SLURM_CONF), nothing of the service's settings or the job's.
+        sbatch hands its umask to the job as SLURM_UMASK unless that is set: the owner's
+        output files are not for other users (0600), whatever the service's umask."""
+        env = {"PATH": self._sbatch_needs.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
         if "SLURM_CONF" in self._sbatch_needs:
             env["SLURM_CONF"] = self._sbatch_needs["SLURM_CONF"]
-        # sbatch hands its umask to the job as SLURM_UMASK unless that is set: the owner's
-        # output files are not for other users (0600), whatever the service's umask.
         env["SLURM_UMASK"] = "0077"
         return env
 
@@ -404,19 +428,38 @@ class SlurmExecutor:
         return self.log_dir / f"{name}.run.json"
 
     def _write_run_record(self, name: str, record: Mapping[str, object]) -> None:
+        """Written through a new temporary file of a random name (O_EXCL: never a file or
+        symlink that a user planted in a log directory they may write) renamed over it."""
         path = self._run_record_path(name)
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def _read_run_record(self, job_id: str, attempt: int) -> dict[str, object] | None:
+        """The run's record; None if there is none. A record this service did not write (a
+        symlink, or a file of another owner: users may write the log directory) names files
+        and an account the service would read as: UntrustedRecord."""
+        path = self._run_record_path(run_name(self.name_prefix, job_id, attempt))
         try:
-            text = self._run_record_path(run_name(self.name_prefix, job_id, attempt)).read_text()
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
             return None
-        data = json.loads(text)
+        except OSError as exc:
+            raise UntrustedRecord(f"{path}: {exc.strerror or exc}") from exc
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise UntrustedRecord(f"{path}: not written by this service")
+            try:
+                data = json.loads(f.read())
+            except (OSError, ValueError) as exc:
+                raise UntrustedRecord(f"{path}: {exc}") from exc
         return data if isinstance(data, dict) else None
 
     def runs(self) -> list[RunInfo]:
@@ -509,7 +552,10 @@ class SlurmExecutor:
     ) -> list[str]:
         """The ends of the run's output (and error) files, this attempt's part unless
         `from_start`; read as their owner where the job ran as one."""
-        record = self._read_run_record(job_id, attempt)
+        try:
+            record = self._read_run_record(job_id, attempt)
+        except UntrustedRecord:
+            return []
         account: UnixAccount | None = None
         files: list[tuple[str, int]]
         if record is None:  # before revision 0003: our own log
@@ -564,6 +610,8 @@ class SlurmExecutor:
 
 
 LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB, as the local executor
+# Variables bash will not take from `export` (it would print an error into the job's output).
+_BASH_READONLY = frozenset({"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"})
 
 
 def _slurm_escaped(path: str) -> str:

@@ -25,9 +25,11 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
@@ -154,6 +156,32 @@ def _cluster_spec(settings: Settings, demo: bool) -> ClusterSpec | None:
     return None
 
 
+def check_state_is_ours(settings: Settings) -> None:
+    """ConfigError (one line) when the state directory, or the SQLite database file or its
+    directory, belongs to another account: whoever made it (a user, in a place they can
+    write, before the service first started) could edit the database (make themselves an
+    admin) and the run records."""
+    me = os.geteuid()
+    paths = [("state directory", settings.state_dir)]
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        db = Path(url.database)
+        paths += [("database's directory", db.parent), ("database", db)]
+    for what, path in paths:
+        try:
+            owner = path.lstat().st_uid
+            if owner == me:  # a symlink of ours: what it points to counts
+                owner = path.stat().st_uid
+        except FileNotFoundError:
+            continue
+        if owner != me:
+            raise ConfigError(
+                f"the {what} {path} belongs to uid {owner}, not to this service (uid {me}): "
+                "that account could change the scheduler's data; remove it or give it to "
+                "the service's account"
+            )
+
+
 def public_url(settings: Settings) -> str:
     host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     return f"http://{host}:{settings.port}"
@@ -165,8 +193,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     # database or the run records (the jobs' own output files are made by the jobs).
     os.umask(0o077)
     settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if settings.state_dir.stat().st_uid == os.geteuid():
-        settings.state_dir.chmod(0o700)
+    check_state_is_ours(settings)
+    settings.state_dir.chmod(0o700)
     log.info("database: %s", _safe_url(settings.database_url))
     store.upgrade(settings.database_url)
     engine = store.make_engine(settings.database_url)
