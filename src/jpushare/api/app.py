@@ -80,9 +80,10 @@ placement, times).
 
 Every error is `{"error": {"code", "message", "details"}}` with code one of
 VALIDATION_ERROR (422; 400 for a body that cannot be parsed at all, e.g. not UTF-8, or a
-Content-Length that is not a number), NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED
-(401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT (409), PAYLOAD_TOO_LARGE (413: bodies
-over the service's limit, 1 MiB by default), UNAVAILABLE (503), DATABASE_UNAVAILABLE (503,
+Content-Length that is not a number), NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT,
+ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT
+(409), PAYLOAD_TOO_LARGE (413: bodies over the service's limit, 1 MiB by default),
+UNAVAILABLE (503), DATABASE_UNAVAILABLE (503,
 with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
 Request bodies are strict: numbers are JSON numbers (not strings or booleans), within the
 bounds each field's schema states.
