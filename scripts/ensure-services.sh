@@ -2,7 +2,8 @@
 # Bring up what the tests talk to: PostgreSQL at 127.0.0.1:5432 (database `test`), the
 # fake Slurm cluster (scripts/slurm/start-fake-cluster.sh, needs root) and munged (the
 # MUNGE sign-in tests decode real credentials; the fake cluster starts it too) and Chromium
-# (the dashboard's browser tests, scripts/ensure-browser.sh). With CI=true a
+# (the dashboard's browser tests, scripts/ensure-browser.sh) and promtool (the alert rules'
+# tests, scripts/ensure-promtool.sh). With CI=true a
 # missing service is an error; elsewhere it is a warning and those tests skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,4 +44,5 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
         || fail "munged does not answer (the MUNGE sign-in tests need it; as root this script starts it)"
 fi
 bash scripts/ensure-browser.sh || exit 1
+bash scripts/ensure-promtool.sh || exit 1
 exit 0

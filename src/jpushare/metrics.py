@@ -46,6 +46,30 @@ Names (labels in braces):
     jpushare_database_up                                   gauge, 0 when the figures could
                                                            not be read (the rest are absent)
     jpushare_dispatch_cycle_seconds                        histogram, from the hook
+
+The dispatcher's health (issue 10 §7), also from the database (`store.health`, written by
+the dispatching process each cycle, and the lease row), so API worker processes and
+standby replicas export the leader's figures:
+
+    jpushare_dispatcher_cycles_total                       counter, cycles that succeeded
+    jpushare_dispatcher_cycles_failed_total{kind}          counter, kind: executor (the
+                                                           executor could not be observed) |
+                                                           database | lease_lost | error
+    jpushare_executor_calls_failed_total{call}             counter, call: submit (sbatch),
+                                                           runs and find (squeue), inventory
+                                                           (sinfo), lost_run (sacct), cancel
+                                                           (scancel); the local executor's
+                                                           methods of the same names
+    jpushare_dispatcher_last_success_timestamp_seconds     gauge, 0 before the first
+    jpushare_dispatcher_cycle_interval_seconds             gauge, JPUSHARE_CYCLE_S of the
+                                                           dispatcher that last succeeded
+    jpushare_dispatcher_leader{holder}                     gauge, 1 for the lease holder
+    jpushare_dispatcher_lease_expires_timestamp_seconds    gauge
+    jpushare_dispatcher_lease_epoch                        gauge (counter-like: leaderships)
+    jpushare_jobs_requeued_total{cause}                    counter, cause: oom | node_failure
+    jpushare_oldest_queued_job_wait_seconds                gauge, 0 with an empty queue
+    jpushare_gpus_foreign{tier}                            gauge, GPUs used outside JPU-Share
+                                                           at the last observation
 """
 
 from __future__ import annotations
@@ -55,6 +79,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import (
@@ -67,6 +92,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from jpushare.policy.model import ReleaseReason
+from jpushare.store.health import DispatcherHealth
+from jpushare.store.leadership import LeaseRecord
 from jpushare.store.schema import JobState
 from jpushare.store.watch import LabReservationTotals, SizeTotals
 
@@ -78,6 +105,9 @@ DISPATCH_CYCLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 
 HOLD_BUCKETS_S = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 GPU_STATUSES = ("running", "reserved", "idle", "unavailable")
 RELEASE_REASONS = tuple(r.value for r in ReleaseReason)
+CYCLE_FAILURE_KINDS = ("executor", "database", "lease_lost", "error")
+EXECUTOR_CALLS = ("submit", "runs", "find", "inventory", "lost_run", "cancel")
+REQUEUE_CAUSES = ("oom", "node_failure")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +140,13 @@ class MetricFigures:
     # SPEC §10, all time: reservations per lab, ended jobs per size (GPU count).
     lab_reservations: Mapping[str, LabReservationTotals] = field(default_factory=dict)
     ended_by_size: Mapping[int, SizeTotals] = field(default_factory=dict)
+    # The dispatcher's health (issue 10 §7).
+    health: DispatcherHealth = field(default_factory=DispatcherHealth)
+    lease: LeaseRecord | None = None
+    requeues: Mapping[str, int] = field(default_factory=dict)  # cause -> count
+    oldest_queued_at: datetime | None = None
+    foreign_gpus: Mapping[str, int] = field(default_factory=dict)  # tier -> GPUs
+    now: datetime | None = None
 
 
 class FiguresCollector(Collector):
@@ -207,6 +244,72 @@ def _families(f: MetricFigures | None) -> Iterator[Metric]:
             usage.add_metric([lab], value)
     yield from (up, queue, jobs, submitted, gpus, capacity, active, started, ended, hold, usage)
     yield from (lab_started, lab_failed, ended_jobs, cost, wait)
+    yield from _health_families(f)
+
+
+def _health_families(f: MetricFigures | None) -> Iterator[Metric]:
+    """The dispatcher's health (see the module docstring)."""
+    ok = CounterMetricFamily("jpushare_dispatcher_cycles", "dispatcher cycles that succeeded")
+    failed = CounterMetricFamily(
+        "jpushare_dispatcher_cycles_failed",
+        "dispatcher cycles that failed, by kind",
+        labels=["kind"],
+    )
+    calls = CounterMetricFamily(
+        "jpushare_executor_calls_failed",
+        "executor calls of the dispatcher that raised, by call (submit = sbatch, ...)",
+        labels=["call"],
+    )
+    last_ok = GaugeMetricFamily(
+        "jpushare_dispatcher_last_success_timestamp_seconds",
+        "when a dispatcher cycle last succeeded (Unix time; 0: never)",
+    )
+    interval = GaugeMetricFamily(
+        "jpushare_dispatcher_cycle_interval_seconds", "the dispatcher's cycle length"
+    )
+    leader = GaugeMetricFamily(
+        "jpushare_dispatcher_leader", "1 for the holder of the dispatcher lease", labels=["holder"]
+    )
+    expires = GaugeMetricFamily(
+        "jpushare_dispatcher_lease_expires_timestamp_seconds", "when the lease runs out"
+    )
+    epoch = GaugeMetricFamily("jpushare_dispatcher_lease_epoch", "leaderships so far")
+    requeued = CounterMetricFamily(
+        "jpushare_jobs_requeued", "attempts that ended in a requeue, by cause", labels=["cause"]
+    )
+    oldest = GaugeMetricFamily(
+        "jpushare_oldest_queued_job_wait_seconds", "how long the longest-waiting job has waited"
+    )
+    foreign = GaugeMetricFamily(
+        "jpushare_gpus_foreign", "GPUs in use by jobs outside JPU-Share, per tier", labels=["tier"]
+    )
+    if f is not None:
+        h = f.health
+        ok.add_metric([], h.cycles_ok)
+        for kind in sorted({*CYCLE_FAILURE_KINDS, *h.cycles_failed}):
+            failed.add_metric([kind], h.cycles_failed.get(kind, 0))
+        for call in sorted({*EXECUTOR_CALLS, *h.executor_failed}):
+            calls.add_metric([call], h.executor_failed.get(call, 0))
+        last_ok.add_metric([], h.last_ok_at.timestamp() if h.last_ok_at is not None else 0.0)
+        if h.cycle_s is not None:
+            interval.add_metric([], h.cycle_s)
+        lease = f.lease
+        if lease is not None:
+            epoch.add_metric([], lease.epoch)
+            if lease.holder is not None:
+                leader.add_metric([lease.holder], 1)
+            if lease.expires_at is not None:
+                expires.add_metric([], lease.expires_at.timestamp())
+        for cause in sorted({*REQUEUE_CAUSES, *f.requeues}):
+            requeued.add_metric([cause], f.requeues.get(cause, 0))
+        waited = 0.0
+        if f.oldest_queued_at is not None and f.now is not None:
+            waited = max(0.0, (f.now - f.oldest_queued_at).total_seconds())
+        oldest.add_metric([], waited)
+        for tier, n in sorted(f.foreign_gpus.items()):
+            foreign.add_metric([tier], n)
+    yield from (ok, failed, calls, last_ok, interval, leader, expires, epoch)
+    yield from (requeued, oldest, foreign)
 
 
 def _bound(b: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from jpushare.store.health import CYCLE_OK, HealthCount, add_health_counts
 from tests.api.conftest import ApiWorld, make_world
 from tests.api.test_errors import error
 
@@ -141,8 +142,14 @@ def test_nodes_gpus_drain_undrain_remove(api: ApiWorld) -> None:
 
 
 def test_health_and_openapi(api: ApiWorld) -> None:
+    # No dispatcher has ever run a cycle on this database: the API serves, degraded.
     r = api.client.get("/healthz")
-    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert r.status_code == 200 and r.json()["status"] == "degraded"
+    assert r.json()["dispatcher"]["state"] == "none" and "no dispatcher" in r.json()["reason"]
+    with api.sessions.begin() as s:
+        add_health_counts(s, {CYCLE_OK: HealthCount(1, api.clock())}, holder="h", cycle_s=5.0)
+    r = api.client.get("/healthz")
+    assert r.status_code == 200 and r.json()["status"] == "ok", r.json()
     spec = api.client.get("/openapi.json").json()
     for path in (
         "/v1/jobs",

@@ -183,7 +183,7 @@ def test_the_client_class_raises_typed_errors(served: Served) -> None:
     with Client(served.url, served.tokens["alice"]) as api:
         job = api.submit("x", "true", 1)
         assert api.job(job["id"])["state"] == "GLOBAL_QUEUE_WAIT"
-        assert api.healthz()["status"] == "ok"
+        assert api.healthz()["database"] == "ok"  # no dispatcher here: status "degraded"
         assert "jpushare_queue_length 1.0" in api.metrics()
         with pytest.raises(ApiError) as exc:
             api.create_lab("gamma")

@@ -51,6 +51,7 @@ from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
+from jpushare.api.schemas import ErrorPublic
 from jpushare.config import DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
@@ -78,11 +79,30 @@ its owner, its lab's PIs and admins; to everyone else they are null and named in
 placement, times).
 
 Every error is `{"error": {"code", "message", "details"}}` with code one of
-VALIDATION_ERROR, NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED (422),
-UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT (409), PAYLOAD_TOO_LARGE
-(413: bodies over the service's limit, 1 MiB by default), UNAVAILABLE (503), INTERNAL
-(500).
+VALIDATION_ERROR (422; 400 for a body that cannot be parsed at all, e.g. not UTF-8, or a
+Content-Length that is not a number), NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT,
+ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT
+(409), PAYLOAD_TOO_LARGE (413: bodies over the service's limit, 1 MiB by default),
+UNAVAILABLE (503), DATABASE_UNAVAILABLE (503,
+with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
+Request bodies are strict: numbers are JSON numbers (not strings or booleans), within the
+bounds each field's schema states.
 """
+
+# What any route may answer besides its own responses (the body limit and the database
+# sit in front of every route).
+COMMON_RESPONSES: dict[int | str, dict[str, object]] = {
+    400: {
+        "model": ErrorPublic,
+        "description": "VALIDATION_ERROR: the body cannot be parsed (e.g. not UTF-8), "
+        "or Content-Length is not a number",
+    },
+    413: {"model": ErrorPublic, "description": "PAYLOAD_TOO_LARGE: the body is over the limit"},
+    503: {
+        "model": ErrorPublic,
+        "description": "DATABASE_UNAVAILABLE (with Retry-After) or UNAVAILABLE",
+    },
+}
 
 
 def create_app(
@@ -107,7 +127,8 @@ def create_app(
 
     def read_figures() -> MetricFigures:  # a scrape only reads: no write lock on SQLite
         with read_sessions.begin() as session:
-            return queries.metric_figures(session, store.placements(session, busy(session)))
+            placements = store.placements(session, busy(session))
+            return queries.metric_figures(session, placements, now=clock())
 
     service_metrics.collect_figures_from(read_figures)
 
@@ -118,6 +139,7 @@ def create_app(
         docs_url=None,  # /docs and the dashboard: jpushare.web (no CDN)
         redoc_url=None,
         openapi_url="/openapi.json",
+        responses=COMMON_RESPONSES,
     )
     app.state.jpushare = ApiContext(
         sessions=sessions,

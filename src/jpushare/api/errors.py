@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class ErrorCode(StrEnum):
-    VALIDATION_ERROR = "VALIDATION_ERROR"  # 422: the request's body, query or path is wrong
+    VALIDATION_ERROR = "VALIDATION_ERROR"  # 422: the request's body, query or path is wrong;
+    # 400: the body cannot be parsed at all (not UTF-8), or Content-Length is not a number
     NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # 422: SPEC §2, nothing could ever hold the job
     UNKNOWN_UNIX_ACCOUNT = "UNKNOWN_UNIX_ACCOUNT"  # 422: a user's Unix account is not on the host
     ACCOUNT_NOT_SERVED = "ACCOUNT_NOT_SERVED"  # 422: a service that is not root serves 1 account

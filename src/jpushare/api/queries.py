@@ -17,6 +17,9 @@ from sqlalchemy.orm import Session
 
 from jpushare.metrics import HOLD_BUCKETS_S, MetricFigures, TierGpus
 from jpushare.policy.model import Placement
+from jpushare.store.health import load_health
+from jpushare.store.leadership import get_lease
+from jpushare.store.observations import PlacementObservation
 from jpushare.store.schema import (
     ACTIVE_STATES,
     EventKind,
@@ -195,11 +198,74 @@ def reservation_history(session: Session) -> tuple[int, dict[str, int], list[int
     return int(started or 0), ended, buckets, count, total
 
 
+REQUEUE_CAUSES = {
+    EventKind.OOM_REQUEUED.value: "oom",
+    EventKind.NODE_FAIL_REQUEUED.value: "node_failure",
+}
+
+
+def requeues_by_cause(session: Session) -> dict[str, int]:
+    """Jobs requeued after an attempt ended (SPEC §5), by cause: oom, node_failure."""
+    counts = dict.fromkeys(REQUEUE_CAUSES.values(), 0)
+    for kind, n in session.execute(
+        select(JobEvent.kind, func.count())
+        .where(JobEvent.kind.in_(list(REQUEUE_CAUSES)))
+        .group_by(JobEvent.kind)
+    ):
+        counts[REQUEUE_CAUSES[kind]] = int(n)
+    return counts
+
+
+def oldest_queued_at(session: Session) -> datetime | None:
+    """When the job that has waited longest in the global queue entered it."""
+    at: datetime | None = session.scalar(
+        select(func.min(Job.queue_entered_at)).where(Job.state == JobState.GLOBAL_QUEUE_WAIT.value)
+    )
+    return at
+
+
+def foreign_gpus_by_tier(session: Session) -> dict[str, int]:
+    """GPUs in use outside JPU-Share per tier, at the dispatcher's last observation.
+
+    The observation counts every used GPU (foreign jobs included); JPU-Share's own jobs
+    that were active then (dispatched before it) are subtracted. A job that ended since the
+    observation is no longer counted as ours, so for up to one cycle its GPUs may show here.
+    """
+    observed: dict[PlacementKey, tuple[int, datetime]] = {
+        (node, tier): (busy, at)
+        for node, tier, busy, at in session.execute(
+            select(
+                PlacementObservation.node_name,
+                PlacementObservation.tier_name,
+                PlacementObservation.busy_gpus,
+                PlacementObservation.observed_at,
+            )
+        )
+    }
+    if not observed:
+        return {}
+    ours: dict[PlacementKey, int] = defaultdict(int)
+    at = max(a for _, a in observed.values())
+    for node, tier, n in session.execute(
+        select(Job.node_name, GpuTier.name, Job.num_gpus)
+        .join(GpuTier, GpuTier.id == Job.tier_id)
+        .where(Job.state.in_([s.value for s in ACTIVE_STATES]), Job.dispatched_at < at)
+    ):
+        if node is not None:
+            ours[(node, tier)] += n
+    out: dict[str, int] = defaultdict(int)
+    for (node, tier), (busy, _) in observed.items():
+        out[tier] += max(0, busy - ours.get((node, tier), 0))
+    return dict(out)
+
+
 def metric_figures(
     session: Session,
     placements: Sequence[Placement],
+    now: datetime | None = None,
 ) -> MetricFigures:
-    """Everything /metrics shows from the database, in the caller's transaction."""
+    """Everything /metrics shows from the database, in the caller's transaction (`now`:
+    for the oldest queued job's wait)."""
     by_state = job_counts_by_state(session)
     held = reservations(session)
     started, ended, buckets, count, total = reservation_history(session)
@@ -221,4 +287,10 @@ def metric_figures(
         lab_usage=usage,
         lab_reservations=lab_reservation_totals(session),
         ended_by_size=size_totals(session),
+        health=load_health(session),
+        lease=get_lease(session),
+        requeues=requeues_by_cause(session),
+        oldest_queued_at=oldest_queued_at(session),
+        foreign_gpus=foreign_gpus_by_tier(session),
+        now=now,
     )

@@ -1,8 +1,11 @@
 """The API's request and response bodies (pydantic), in families per resource.
 
 `XCreate` is what a client sends, `XPublic` what it gets back, `XsPublic` a list of them.
-Every string a client sends is bounded and free of NUL characters and every integer fits
-its column, so bad input is a 422 VALIDATION_ERROR here and never a database error later.
+Every string a client sends is bounded and free of NUL characters and every number lies in
+a range that makes sense for it (the bounds live here, next to the fields), so bad input is
+a 422 VALIDATION_ERROR here and never a database error or an absurd job later. Request
+bodies are strict: `"2"` or `true` is not a number of GPUs (pydantic's strict mode; a JSON
+integer is still a valid float).
 Records from the store become `XPublic` through the `*_public` functions at the end.
 """
 
@@ -55,7 +58,24 @@ GpuCount = Annotated[int, Field(ge=MIN_GPUS, le=MAX_GPUS)]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# Bounds of the numbers a client sends, in one place (issue 10 §6).
+MIN_TIME_LIMIT_S = 1.0
+MAX_TIME_LIMIT_S = 365 * 86400.0
+TimeLimitS = Annotated[
+    float,
+    Field(
+        ge=MIN_TIME_LIMIT_S,
+        le=MAX_TIME_LIMIT_S,
+        description="seconds, 1 s to 365 days",
+    ),
+]
+MIN_TFLOPS = 0.001
+MAX_TFLOPS = 1e6
+Tflops = Annotated[float, Field(ge=MIN_TFLOPS, le=MAX_TFLOPS, description="per GPU")]
+SortOrder = Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)]
 
 
 # --- jobs ---------------------------------------------------------------------------------
@@ -87,7 +107,7 @@ class JobCreate(_In):
     ]
     num_gpus: GpuCount
     min_tier: Name | None = Field(default=None, description="the weakest GPU tier it may use")
-    time_limit_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
+    time_limit_s: TimeLimitS | None = None
     workdir: Annotated[str, AfterValidator(job_run.check_workdir)] | None = Field(
         default=None,
         description="absolute directory it runs in (sbatch --chdir); none: the service's, "
@@ -355,16 +375,16 @@ class LabsPublic(BaseModel):
 
 class TierCreate(_In):
     name: Name
-    tflops: Annotated[float, Field(gt=0, le=1e9)]
-    sort_order: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)]
+    tflops: Tflops
+    sort_order: SortOrder
     max_gpus: GpuCount = 8
     auto_assign: bool = True
     partition: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] | None = None
 
 
 class TierUpdate(_In):
-    tflops: Annotated[float, Field(gt=0, le=1e9)] | None = None
-    sort_order: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)] | None = None
+    tflops: Tflops | None = None
+    sort_order: SortOrder | None = None
     max_gpus: GpuCount | None = None
     auto_assign: bool | None = None
     partition: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] | None = None
@@ -470,10 +490,28 @@ class RevokedPublic(BaseModel):
     revoked: bool = Field(description="False if it was revoked already")
 
 
+class DispatcherHealthPublic(BaseModel):
+    """The dispatcher as the database records it (every API process reads the same)."""
+
+    state: Literal["ok", "stale", "none"] = Field(
+        description="stale: no cycle succeeded for `stale_after_s`; none: never ran"
+    )
+    last_success_at: datetime | None
+    holder: str | None = Field(description="the process holding the dispatcher lease")
+    stale_after_s: float
+
+
 class HealthPublic(BaseModel):
+    """200 with `status` ok or degraded (the API works; the dispatcher may not: `reason`
+    says why); 503 when the database cannot be reached (this process cannot serve)."""
+
     status: Literal["ok", "degraded"]
     database: Literal["ok", "unreachable"]
     time: datetime
+    reason: str | None = Field(default=None, description="why degraded, for people")
+    dispatcher: DispatcherHealthPublic | None = Field(
+        default=None, description="null when the database could not be read"
+    )
 
 
 # --- the watch-list (SPEC §10), GET /v1/stats/watch -----------------------------------------

@@ -25,13 +25,16 @@ from jpushare.dispatcher.lock import DispatcherLock, LeaseLost
 log = logging.getLogger(__name__)
 
 CycleHook = Callable[[CycleReport], None]
+# Called with the kind of a cycle that failed by raising: database | lease_lost | error.
+FailureHook = Callable[[str], None]
 
 
 class Dispatcher:
     """Runs `run_cycle` every `cycle_s` seconds, only while holding `lock`.
 
-    `on_cycle` is called with each report (the metrics' cycle-duration hook); an exception
-    there is logged, never fatal.
+    `on_cycle` is called with each report (the metrics' cycle-duration hook), `on_failure`
+    with the kind of each cycle that raised (the health counters); an exception in either
+    is logged, never fatal.
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class Dispatcher:
         *,
         cycle_s: float = 5.0,
         on_cycle: CycleHook | None = None,
+        on_failure: FailureHook | None = None,
     ) -> None:
         if cycle_s <= 0:
             raise ValueError("cycle_s must be positive")
@@ -48,6 +52,7 @@ class Dispatcher:
         self.lock = lock
         self.cycle_s = cycle_s
         self.on_cycle = on_cycle
+        self.on_failure = on_failure
         self._leading = False
         self._database_down = False
 
@@ -73,6 +78,7 @@ class Dispatcher:
             log.warning("cycle abandoned, nothing recorded: %s", exc)
             self.lock.lost()
             self._leading = False
+            self._failed("lease_lost")
             return None
         if report.observed is None:
             log.warning(report.summary())
@@ -99,13 +105,22 @@ class Dispatcher:
                 except Exception as exc:
                     if isinstance(exc, sa.exc.SQLAlchemyError) and database_down(exc):
                         self._database_lost(exc)
+                        self._failed("database")
                     else:
                         log.exception("dispatcher cycle failed; trying again next cycle")
+                        self._failed("error")
                 stop.wait(max(0.0, self.cycle_s - (time.monotonic() - began)))
         finally:
             self.lock.release()
             self._leading = False
             log.info("dispatcher loop stopped")
+
+    def _failed(self, kind: str) -> None:
+        if self.on_failure is not None:
+            try:
+                self.on_failure(kind)
+            except Exception:
+                log.exception("the failure hook failed")
 
     def _database_lost(self, exc: sa.exc.SQLAlchemyError) -> None:
         if not self._database_down:

@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from sqlalchemy.orm import Session
 
 from jpushare import store
-from jpushare.config import load_settings
+from jpushare.config import ConfigError, load_settings
 from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
+from jpushare.service.database_errors import URL_ERRORS, database_problem
 from jpushare.store.cluster_setup import set_lab_usage
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
@@ -207,6 +208,22 @@ def _per_gpu(tier: store.TierRecord) -> str:
     return f"{cpus}, {mem}"
 
 
+# A negative usage would rank the lab first for ever (SPEC §4: usage only grows).
+MAX_USAGE_TFLOP_S = 1e18
+
+
+def _usage_arg(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not 0.0 <= value <= MAX_USAGE_TFLOP_S:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and {MAX_USAGE_TFLOP_S:g} TFLOP-seconds, not {raw}"
+        )
+    return value
+
+
 def _cpus_arg(raw: str) -> int:
     if raw.strip().lower() == "none":
         return 0
@@ -247,8 +264,8 @@ def _tier_list(args: argparse.Namespace) -> int:
 
 
 def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Store errors become one line on stderr and exit code 1; an unknown Unix account
-    exit code 2 (bad usage: nothing was changed)."""
+    """Store errors become one line on stderr and exit code 1; an unknown Unix account, a
+    bad setting or a database URL that cannot be used exit code 2 (nothing was changed)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -256,8 +273,14 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except store.StoreError as exc:
             print(f"jpushare admin: {exc}", file=sys.stderr)
             return 1
-        except UnknownAccount as exc:
+        except (UnknownAccount, ConfigError) as exc:
             print(f"jpushare admin: {exc}", file=sys.stderr)
+            return 2
+        except URL_ERRORS as exc:
+            problem = database_problem(exc)
+            if problem is None:
+                raise
+            print(f"jpushare admin: {problem}", file=sys.stderr)
             return 2
 
     return run
@@ -283,7 +306,9 @@ def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     lab = areas.add_parser("lab", help="labs").add_subparsers(dest="action", required=True)
     p = command(lab, "add", _lab_add, "create a lab")
     p.add_argument("name")
-    p.add_argument("--usage", type=float, default=0.0, help="starting usage, TFLOP-seconds")
+    p.add_argument(
+        "--usage", type=_usage_arg, default=0.0, help="starting usage, TFLOP-seconds (>= 0)"
+    )
     command(lab, "list", _lab_list, "list labs, least usage first")
 
     user = areas.add_parser("user", help="users").add_subparsers(dest="action", required=True)

@@ -17,7 +17,9 @@ SQLite's busy handler, which sleeps; near saturation that costs p99 (`bench/benc
 
 What differs from one process: each worker has its own `ServiceMetrics`, so `/metrics` of a
 worker exports the figures read from the database but not the main process's
-`jpushare_dispatch_cycle_seconds`.
+`jpushare_dispatch_cycle_seconds`. The dispatcher's health (cycles done and failed, failed
+executor calls, the last success, the lease holder) is among the database's figures
+(`store.health`), so every worker's `/metrics` and `/healthz` report it.
 """
 
 from __future__ import annotations

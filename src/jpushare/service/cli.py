@@ -13,6 +13,7 @@ import sys
 from jpushare import store
 from jpushare.config import ConfigError, load_settings
 from jpushare.service.admin import register_admin, transaction
+from jpushare.service.database_errors import URL_ERRORS, database_problem
 from jpushare.sim.errors import ClusterFileError
 
 LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
@@ -79,6 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
     except (ConfigError, ClusterFileError) as exc:
         print(f"jpushare serve: {exc}", file=sys.stderr)
         return 2
+    except URL_ERRORS as exc:
+        problem = database_problem(exc)
+        if problem is None:
+            raise
+        print(f"jpushare serve: {problem}", file=sys.stderr)
+        return 2
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -91,6 +98,12 @@ def _init(args: argparse.Namespace) -> int:
             done = load_cluster_spec(s, spec, store.utc_now())
     except (ConfigError, ClusterFileError, store.StoreError) as exc:
         print(f"jpushare init: {exc}", file=sys.stderr)
+        return 2
+    except URL_ERRORS as exc:
+        problem = database_problem(exc)
+        if problem is None:
+            raise
+        print(f"jpushare init: {problem}", file=sys.stderr)
         return 2
     print(f"tiers: {', '.join(done.tiers)}")
     print(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +42,7 @@ from jpushare.executors.base import Executor
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.llm_router import router_for
 from jpushare.service.account_rule import check_service_account
+from jpushare.service.dispatch_health import HealthRecorder, counting
 from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
 from jpushare.store.observations import load_observed_busy
@@ -237,14 +239,31 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     thread: threading.Thread | None = None
     lock = lock_for(settings.database_url, sessions=sessions, lease_s=settings.dispatcher_lease_s)
     if options.dispatcher:
+        # The dispatcher's health goes to the database, for every API process (issue 10 §7).
+        health = HealthRecorder(
+            sessions,
+            holder=str(getattr(lock, "holder", None) or f"{socket.gethostname()}:{os.getpid()}"),
+            cycle_s=settings.cycle_s,
+        )
+
+        def on_cycle_done(report: CycleReport) -> None:
+            on_cycle(report)
+            health.cycle_done(report)
+
         deps = CycleDeps(
             sessions,
-            executor,
+            counting(executor, health.executor_failed),
             router,
             gpu_type_to_tier=gpu_type_to_tier(settings),
             placement_order=settings.placement_order,
         )
-        dispatcher = Dispatcher(deps, lock, cycle_s=settings.cycle_s, on_cycle=on_cycle)
+        dispatcher = Dispatcher(
+            deps,
+            lock,
+            cycle_s=settings.cycle_s,
+            on_cycle=on_cycle_done,
+            on_failure=health.cycle_failed,
+        )
         thread = threading.Thread(
             target=dispatcher.run_forever, args=(stop,), name="dispatcher", daemon=True
         )

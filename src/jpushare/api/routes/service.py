@@ -11,7 +11,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from jpushare.api import queries
 from jpushare.api.deps import ContextDep
 from jpushare.api.errors import first_line
-from jpushare.api.schemas import HealthPublic
+from jpushare.api.health import judge_dispatcher
+from jpushare.api.schemas import DispatcherHealthPublic, HealthPublic
+from jpushare.store.health import load_health
+from jpushare.store.leadership import get_lease
 
 log = logging.getLogger(__name__)
 
@@ -20,15 +23,37 @@ router = APIRouter(tags=["service"])
 
 @router.get("/healthz", responses={503: {"model": HealthPublic}})
 def healthz(ctx: ContextDep, response: Response) -> HealthPublic:
-    """200 when the database answers, else 503 (no token needed)."""
+    """No token needed. 200 `ok`; 200 `degraded` with a `reason` when the dispatcher has not
+    completed a cycle for a few cycle lengths (or never ran): this API still serves, so a
+    load balancer should keep it, while monitoring alerts; 503 `degraded` when the database
+    does not answer (this process cannot serve)."""
+    now = ctx.clock()
     try:
         with ctx.read_sessions.begin() as session:  # not behind a writer on SQLite
             queries.ping(session)
+            verdict = judge_dispatcher(load_health(session), get_lease(session), now)
     except SQLAlchemyError as exc:
         log.warning("healthz: the database does not answer: %s", first_line(exc))
         response.status_code = 503
-        return HealthPublic(status="degraded", database="unreachable", time=ctx.clock())
-    return HealthPublic(status="ok", database="ok", time=ctx.clock())
+        return HealthPublic(
+            status="degraded",
+            database="unreachable",
+            time=now,
+            reason="the database cannot be reached",
+        )
+    dispatcher = DispatcherHealthPublic(
+        state=verdict.state,
+        last_success_at=verdict.last_success_at,
+        holder=verdict.holder,
+        stale_after_s=verdict.stale_after_s,
+    )
+    return HealthPublic(
+        status="ok" if verdict.state == "ok" else "degraded",
+        database="ok",
+        time=now,
+        reason=verdict.reason,
+        dispatcher=dispatcher,
+    )
 
 
 @router.get("/metrics", response_class=Response)
