@@ -553,7 +553,9 @@ class _Engine:
         r = q.reservation
         if r is not None:
             job.reservation = Reservation(r.node, r.tier, r.gpus, r.since - now, 0.0)
-            job.res_span_start = 0.0
+            # Its cost since it began is not billed yet (SPEC §4: billed when the job
+            # ends), so it reaches the lab at the job's end in the forecast too.
+            job.res_span_start = r.since - now
             self.reserving[q.job_id] = job
             self.reserved_gpus += r.gpus
             self.open_reservation[q.job_id] = len(self.reservation_log)

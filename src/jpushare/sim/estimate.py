@@ -110,6 +110,7 @@ def estimate_starts(
     max_cycles: int | None = None,
     max_jobs: int | None = None,
     default_run_s: float = DEFAULT_RUN_S,
+    follow: Iterable[str] | None = None,
 ) -> StartEstimates:
     """Every queued job's estimated start from `snapshot`, by the reservation policy.
 
@@ -120,7 +121,8 @@ def estimate_starts(
     jobs from the top of the fair-share order (the rest get None: beyond the forecast; the
     kept ones' estimates ignore the later jobs, which at the next cycle rank below them
     but could take GPUs they would have used later), and `max_cycles` stops the forecast
-    (jobs not started by then get None).
+    (jobs not started by then get None). `follow`: stop once these queued jobs started
+    (default: all; the others' estimates are then None where they had not started yet).
     """
     everyone = snapshot.queue
     run_s: dict[str, float] = {}
@@ -141,6 +143,7 @@ def estimate_starts(
         cycle_s=cycle_s,
         max_cycles=max_cycles,
         running_labs=labs,
+        follow=follow,
     )
     starts: dict[str, float | None] = {
         q.job_id: (max(snapshot.now, fc.starts[q.job_id]) if q.job_id in fc.starts else None)
