@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from jpushare import store
 from jpushare.api.deps import ApiContext
@@ -28,7 +29,7 @@ def fill_with_limited_jobs(api: ApiWorld) -> list[int]:
     return jobs
 
 
-def queue(api: ApiWorld) -> dict[int, dict[str, object]]:
+def queue(api: ApiWorld) -> dict[int, dict[str, Any]]:
     r = api.get("/v1/queue")
     assert r.status_code == 200, r.text
     return {e["job_id"]: e for e in r.json()["data"]}
