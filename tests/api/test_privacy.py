@@ -17,14 +17,14 @@ from tests.api.conftest import ApiWorld
 SQUEUE_FIELDS = {
     "id", "job_id", "name", "user", "lab", "num_gpus", "state", "node", "tier", "rank",
     "submitted_at", "queue_entered_at", "dispatched_at", "started_at", "ended_at",
-    "cpus_per_gpu", "mem_per_gpu_mb",
+    "cpus_per_gpu", "mem_per_gpu_mb", "estimated_start", "state_label",
 }  # fmt: skip
 OTHER_PUBLIC_FIELDS = {
     "min_tier", "minimum_tier_sort_order", "attempts", "exit_code", "reason", "time_limit_s",
     "run_cost_tflop_s", "reservation_cost_tflop_s", "charged_tflop_s", "reservation",
     "hidden", "lab_usage_tflop_s", "code", "sentence", "queue_length", "top_job_id",
     "fit_placements", "schedulable_fit_placements", "best_idle", "blocking", "dispatch",
-    "placements", "notes", "next_cycle",
+    "placements", "notes", "next_cycle", "estimate_basis", "estimate_sentence",
 }  # fmt: skip
 
 # (viewer, sees alice's command): alice's own, her lab's pi, an admin; not another

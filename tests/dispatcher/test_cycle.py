@@ -19,6 +19,7 @@ from jpushare.executors.local import LocalExecutor
 from jpushare.executors.process_groups import live_groups
 from jpushare.llm_router import HttpRouter
 from jpushare.store.observations import load_observed_busy
+from jpushare.time_limits import state_label
 from tests.dispatcher.conftest import Rig, local_executor, wait_for, waits_for
 
 TFLOPS = {"rtx4090": 82.6, "rtx3080ti": 34.1}
@@ -314,3 +315,20 @@ def test_a_run_submitted_but_not_confirmed_is_confirmed_not_started_again(rig: R
     rig.cycle_until(rig.state_is(job_id, "COMPLETED"), "the job completes")
     assert [(r.job_id, r.attempt) for r in rig.executor.runs()] == [(str(job_id), 1)]
     assert rig.events(job_id).count("dispatch_confirmed") == 1
+
+
+def test_a_run_stopped_at_its_time_limit_ends_failed_time_limit(rig: Rig) -> None:
+    with rig.sessions.begin() as s:
+        job_id = store.submit_job(
+            s,
+            user_id=rig.users["alice"].id,
+            name="long",
+            command="sleep 30",
+            num_gpus=1,
+            now=store.utc_now(),
+            time_limit_s=0.3,
+        ).id
+    rig.cycle_until(rig.state_is(job_id, "FAILED"), "the time limit ends the job")
+    job = rig.job(job_id)
+    assert job.reason is not None and job.reason.startswith("time limit")
+    assert state_label(job.state, job.reason) == "FAILED (time limit)"

@@ -8,6 +8,7 @@ a screenshot of each page is saved (see `screenshots`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -130,7 +131,14 @@ def test_the_queue_page_shows_the_apis_queue_and_a_script_name_as_text(
             "min_tier": entry["min_tier"],
             "sentence": entry["sentence"],
         }
-        assert row.locator('[data-field="estimated_start"]').inner_text() == "—"
+        start = entry["estimated_start"]
+        shown = row.locator('[data-field="estimated_start"]').inner_text()
+        if start is None:
+            assert shown == "—"
+        else:  # the API's estimate, to the second, with its basis
+            at = datetime.fromisoformat(start.replace("Z", "+00:00"))
+            basis = entry["estimate_basis"].replace("_", " ")
+            assert shown == f"{at:%Y-%m-%d %H:%M:%S} UTC {basis}"
     assert rows.nth(0).locator('[data-field="name"]').inner_text() == XSS_NAME
     assert f"{api['queue_length']} waiting, top job {api['top_job_id']}" in visit.page.inner_text(
         "h1"

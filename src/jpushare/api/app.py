@@ -49,6 +49,7 @@ from jpushare.api import queries
 from jpushare.api.body_limit import BodyLimit, BodyTooLarge
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
+from jpushare.api.estimates import StartEstimateCache
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
@@ -116,6 +117,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     only_unix_user: str | None = None,
     placement_order: PlacementOrder = PlacementOrder.PACK,
+    cycle_s: float = 5.0,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     if munge == "auto":
@@ -152,6 +154,7 @@ def create_app(
         munge=munge,
         only_unix_user=only_unix_user,
         placement_order=placement_order,
+        start_estimates=StartEstimateCache(cycle_s, placement_order),
     )
     install_error_handlers(app)
 

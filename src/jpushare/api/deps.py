@@ -19,7 +19,7 @@ database" (the read-only sessions set `PRAGMA query_only`), in tests too, not un
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
@@ -33,10 +33,12 @@ from sqlalchemy.pool import QueuePool
 
 from jpushare import store
 from jpushare.api.errors import ApiError, ErrorCode
+from jpushare.api.estimates import StartEstimateCache, load_inputs
 from jpushare.api.munge_auth import MungeSignIn, body_of_munge_request, munge_user
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
-from jpushare.policy import PlacementOrder
+from jpushare.policy import PlacementOrder, Snapshot
+from jpushare.sim.estimate import StartEstimates
 from jpushare.store.records import UserRecord
 from jpushare.store.schema import Role
 
@@ -58,10 +60,16 @@ class ApiContext:
     munge: MungeSignIn | None = None  # None: MUNGE credentials are refused (tokens only)
     only_unix_user: str | None = None  # a service that is not root serves this account only
     placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
+    # One start-estimate forecast per cycle, shared by the requests of this process.
+    start_estimates: StartEstimateCache = field(default_factory=StartEstimateCache)
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""
         return dict(self.observed_busy(session))
+
+    def estimates(self, session: Session, snapshot: Snapshot) -> StartEstimates | None:
+        """Start estimates for `snapshot` (one forecast per cycle: `api.estimates`)."""
+        return self.start_estimates.get(snapshot, lambda: load_inputs(session))
 
 
 def get_context(request: Request) -> ApiContext:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from jpushare import run_settings as job_run
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
@@ -26,6 +26,7 @@ from jpushare.store.records import (
     TokenRecord,
     UserRecord,
 )
+from jpushare.time_limits import TIME_LIMIT_FORMS, parse_time_limit, state_label
 from jpushare.unix_accounts import ACCOUNT_NAME
 
 INT32_MAX = 2**31 - 1
@@ -93,6 +94,13 @@ def _fits_one_argument(value: str) -> str:
     return value
 
 
+def _time_limit(value: str) -> str:
+    seconds = parse_time_limit(value)  # TimeLimitError (a ValueError) names the accepted forms
+    if not MIN_TIME_LIMIT_S <= seconds <= MAX_TIME_LIMIT_S:
+        raise ValueError(f"a time limit is 1 s to 365 days, not {value!r} ({seconds:g} s)")
+    return value
+
+
 class JobCreate(_In):
     """A job to queue (SPEC §2). `num_gpus` 1-8 for every role; `min_tier` by name."""
 
@@ -108,6 +116,11 @@ class JobCreate(_In):
     num_gpus: GpuCount
     min_tier: Name | None = Field(default=None, description="the weakest GPU tier it may use")
     time_limit_s: TimeLimitS | None = None
+    time_limit: Annotated[str, Field(max_length=40), AfterValidator(_time_limit)] | None = Field(
+        default=None,
+        description=f"the time limit as sbatch --time writes it, instead of time_limit_s: "
+        f"{TIME_LIMIT_FORMS}",
+    )
     workdir: Annotated[str, AfterValidator(job_run.check_workdir)] | None = Field(
         default=None,
         description="absolute directory it runs in (sbatch --chdir); none: the service's, "
@@ -128,6 +141,18 @@ class JobCreate(_In):
     mem_per_gpu_mb: (
         Annotated[int, Field(ge=job_run.MIN_MEM_PER_GPU_MB, le=job_run.MAX_MEM_PER_GPU_MB)] | None
     ) = Field(default=None, description="MiB; default: its tier's")
+
+    @model_validator(mode="after")
+    def _one_time_limit(self) -> JobCreate:
+        if self.time_limit is not None and self.time_limit_s is not None:
+            raise ValueError("give time_limit or time_limit_s, not both")
+        return self
+
+    def limit_s(self) -> float | None:
+        """The time limit in seconds, from whichever of the two fields was given."""
+        if self.time_limit is not None:
+            return parse_time_limit(self.time_limit)
+        return self.time_limit_s
 
     def run(self) -> job_run.JobRun:
         """How it asks to run, for the store."""
@@ -172,6 +197,11 @@ class JobPublic(BaseModel):
     min_tier: str | None = Field(description="the weakest tier it may run on now")
     minimum_tier_sort_order: int
     state: str
+    state_label: str = Field(
+        default="",
+        description='the state as people read it: "FAILED (time limit)" for a job its time '
+        "limit ended, else the state",
+    )
     submitted_at: datetime
     queue_entered_at: datetime
     dispatched_at: datetime | None
@@ -297,6 +327,21 @@ class WhyPublic(BaseModel):
     next_cycle: list[PlannedActionPublic] = Field(default_factory=list)
     placements: list[PlacementView] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list, description="earlier events worth knowing")
+    estimate_sentence: str | None = Field(
+        default=None,
+        description="the start estimate in words, a projection with what it assumes "
+        '("Estimated to start around …, assuming …"); null without an estimate',
+    )
+    estimated_start: datetime | None = Field(
+        default=None,
+        description="a projection (like squeue --start): when the policy, run forward from "
+        "now, would start it; null when beyond the forecast or none could be made",
+    )
+    estimate_basis: str | None = Field(
+        default=None,
+        description="what its own run time was taken from in that forecast: time_limit, "
+        "user_history or lab_history (the median completed run of its GPU count), default",
+    )
 
 
 class QueueEntryPublic(BaseModel):
@@ -313,6 +358,16 @@ class QueueEntryPublic(BaseModel):
     next_cycle: list[PlannedActionPublic] = Field(description="a projection, as in why")
     code: str
     sentence: str
+    estimated_start: datetime | None = Field(
+        default=None,
+        description="a projection (like squeue --start): when the policy, run forward from "
+        "now, would start it; null when beyond the forecast or none could be made",
+    )
+    estimate_basis: str | None = Field(
+        default=None,
+        description="what its own run time was taken from in that forecast: time_limit, "
+        "user_history or lab_history (the median completed run of its GPU count), default",
+    )
 
 
 class QueuePublic(BaseModel):
@@ -602,6 +657,7 @@ def job_public(
         min_tier=tier_by_order.get(job.minimum_tier_sort_order),
         minimum_tier_sort_order=job.minimum_tier_sort_order,
         state=job.state,
+        state_label=state_label(job.state, job.reason),
         submitted_at=job.submitted_at,
         queue_entered_at=job.queue_entered_at,
         dispatched_at=job.dispatched_at,

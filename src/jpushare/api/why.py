@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from jpushare.api.estimates import JobEstimate, job_estimate
 from jpushare.api.queries import placement_counts
 from jpushare.api.schemas import (
     BlockingPublic,
@@ -49,9 +50,11 @@ from jpushare.policy import (
     decide,
 )
 from jpushare.policy.fit import fit_placements
+from jpushare.sim.estimate import StartEstimates
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import EventKind, JobState
+from jpushare.time_limits import ended_by_time_limit, state_label
 
 PlacementKey = tuple[str, str]
 
@@ -282,15 +285,48 @@ def _planned_public(actions: Sequence[Action]) -> list[PlannedActionPublic]:
     return out
 
 
+_BASIS_WORDS = {
+    "time_limit": "its time limit",
+    "user_history": "its user's median run of that many GPUs",
+    "lab_history": "its lab's median run of that many GPUs",
+    "default": "the default of one hour (no limit, no history)",
+}
+
+
+def estimate_sentence(est: JobEstimate, now: float, code: str) -> str:
+    """The start estimate as a projection, with what it assumes ("" without one, and for
+    a job the next cycle starts: the sentence already says so)."""
+    if est.start is None or code == STARTING:
+        return ""
+    start = max(est.start, now)
+    ahead = "" if est.basis is None else f"; its own run is taken as {_BASIS_WORDS[est.basis]}"
+    return (
+        f"Estimated to start around {when(from_epoch(start))} (in {_duration(start - now)}),"
+        " assuming running and queued jobs end at their time limits (or, lacking one, their"
+        f" users' usual run times) and no job arrives ahead of it{ahead}."
+    )
+
+
+def _start_at(est: JobEstimate) -> datetime | None:
+    return from_epoch(est.start) if est.start is not None else None
+
+
+def _basis(est: JobEstimate) -> str | None:
+    return est.basis.value if est.basis is not None else None
+
+
 def queued_why(
     view: QueueView,
     job: JobRecord,
     history: Sequence[JobEventRecord],
     tier_by_order: Mapping[int, str],
+    estimates: StartEstimates | None = None,
 ) -> WhyPublic:
-    """SPEC §8 for a job in the snapshot's queue: recorded facts and the next cycle."""
+    """SPEC §8 for a job in the snapshot's queue: recorded facts and the next cycle, and
+    the start estimate where a forecast (`api.estimates`) gave one."""
     jid = job.policy_id
     a = answer(view, jid)
+    est = job_estimate(estimates, jid)
     f = a.facts
     start = next((x for x in a.planned if isinstance(x, Dispatch)), None)
     blocking = None
@@ -322,6 +358,9 @@ def queued_why(
         next_cycle=_planned_public(a.planned),
         placements=list(a.table.rows),
         notes=history_notes(history),
+        estimated_start=_start_at(est),
+        estimate_basis=_basis(est),
+        estimate_sentence=estimate_sentence(est, view.snapshot.now, a.code) or None,
     )
 
 
@@ -331,8 +370,10 @@ def queue_entries(
     tier_by_order: Mapping[int, str],
     offset: int,
     limit: int,
+    estimates: StartEstimates | None = None,
 ) -> list[QueueEntryPublic]:
-    """The queue in rank order, `limit` entries from `offset` (records: those jobs)."""
+    """The queue in rank order, `limit` entries from `offset` (records: those jobs), each
+    with its start estimate."""
     usage = view.snapshot.lab_usage
     out: list[QueueEntryPublic] = []
     order = view.decisions.order
@@ -343,6 +384,7 @@ def queue_entries(
         if job is None:  # ended between the snapshot and this read: leave it out
             continue
         a = answer(view, jid)
+        est = job_estimate(estimates, jid)
         out.append(
             QueueEntryPublic(
                 rank=rank + 1,
@@ -358,6 +400,8 @@ def queue_entries(
                 next_cycle=_planned_public(a.planned),
                 code=a.code,
                 sentence=a.sentence,
+                estimated_start=_start_at(est),
+                estimate_basis=_basis(est),
             )
         )
     return out
@@ -434,6 +478,9 @@ def history_why(
         )
     elif state == JobState.COMPLETED.value:
         sentence = f"COMPLETED on {where} at {when(job.ended_at)}{_ran_for(job)}."
+    elif state == JobState.FAILED.value and ended_by_time_limit(state, job.reason):
+        sentence = f"{state_label(state, job.reason)}: {job.reason}"
+        sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
     elif state == JobState.FAILED.value:
         if job.exit_code is not None:
             sentence = f"FAILED: exit code {job.exit_code}"
@@ -481,6 +528,7 @@ __all__ = [
     "STARTING",
     "QueueView",
     "answer",
+    "estimate_sentence",
     "history_notes",
     "history_why",
     "queue_entries",

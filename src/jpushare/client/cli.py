@@ -1,11 +1,11 @@
 """The users' commands of `jpushare`, talking to the REST API with `Client`.
 
-    jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit S]
+    jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit TIME]
                     [--chdir DIR] [--export ALL|NONE|VAR[,VAR=value…]]
                     [--output PATH] [--error PATH] [--cpus-per-gpu N] [--mem-per-gpu SIZE]
                     -- CMD…
     jpushare jobs [--state S]... [--lab L] [--mine] [--limit N]
-    jpushare queue [--limit N]
+    jpushare queue [--limit N] [--start]
     jpushare why JOB
     jpushare cancel JOB
     jpushare log JOB [--attempt N] [--stderr] [--follow]
@@ -45,6 +45,7 @@ from jpushare.client.web import register_web
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.munge import default_munge
 from jpushare.run_settings import ENV_NAME
+from jpushare.time_limits import TimeLimitError, parse_time_limit
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -197,7 +198,7 @@ def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> 
                 j["lab"],
                 j["num_gpus"],
                 j.get("min_tier"),
-                j["state"],
+                j.get("state_label") or j["state"],  # "FAILED (time limit)"
                 _where(j),
                 ago(j["submitted_at"], now),
                 ago(j.get("ended_at"), now) if j.get("ended_at") else "-",
@@ -231,14 +232,30 @@ def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
             )
             for e in result["data"]
         ]
-        headers = ("RANK", "JOB", "NAME", "USER", "LAB", "LAB-USAGE", "GPUS", "MIN-TIER")
-        print(table((*headers, "RESERVED", "NEXT CYCLE", "WHY", "WAITING"), rows), file=out)
+        headers: tuple[str, ...] = ("RANK", "JOB", "NAME", "USER", "LAB", "LAB-USAGE", "GPUS")
+        headers += ("MIN-TIER", "RESERVED", "NEXT CYCLE", "WHY", "WAITING")
+        shown: list[tuple[object, ...]] = list(rows)
+        if args.start:
+            shown = [
+                (*row, _start(e.get("estimated_start"), now), e.get("estimate_basis") or "-")
+                for row, e in zip(rows, result["data"], strict=True)
+            ]
+            headers += ("START", "BASIS")
+        print(table(headers, shown), file=out)
         length = result["queue_length"]
         if length > len(rows):
             print(f"({len(rows)} of {length} queued jobs shown)", file=out)
         elif not rows:
             print("(the queue is empty)", file=out)
     return result
+
+
+def _start(value: str | None, now: datetime) -> str:
+    """An estimated start: `2026-05-04 13:20 UTC (in 1h20m)`; N/A beyond the forecast."""
+    at = parse_time(value)
+    if at is None:
+        return "N/A"
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC ({ago(value, now)})"
 
 
 def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
@@ -249,6 +266,8 @@ def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
             head += f" (rank {why['rank']} of {why['queue_length']})"
         print(head, file=out)
         print(f"  {why['sentence']}", file=out)
+        if why.get("estimate_sentence"):
+            print(f"  {why['estimate_sentence']}", file=out)
         places = why.get("placements") or []
         if places:
             print("fit placements:", file=out)
@@ -520,6 +539,14 @@ def _positive(raw: str) -> float:
     return value
 
 
+def _time_limit(raw: str) -> float:
+    """--time-limit as sbatch's --time: `90` (minutes), `1:30:00`, `2-00:00:00`, `1h30m`."""
+    try:
+        return parse_time_limit(raw)
+    except TimeLimitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cpus(raw: str) -> int:
     try:
         value = int(raw)
@@ -599,7 +626,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gpus", type=_gpus, required=True, metavar="N", help="1-8 GPUs on one node")
     p.add_argument("--min-tier", metavar="T", help="the weakest GPU tier it may run on")
     p.add_argument("--name", metavar="NAME", help="default: the command's first word")
-    p.add_argument("--time-limit", type=_positive, metavar="S", help="runtime limit, seconds")
+    p.add_argument(
+        "--time-limit",
+        "-t",
+        type=_time_limit,
+        metavar="TIME",
+        help="runtime limit, as sbatch --time: 90 (minutes), 1:30:00, 2-00:00:00, 1h30m",
+    )
     p.add_argument("--chdir", "-D", metavar="DIR", help="where it runs (default: here)")
     p.add_argument(
         "--export",
@@ -628,6 +661,11 @@ def register(subparsers: Any) -> None:
 
     p = add("queue", _queue, "the queue in fair-share order, with each job's why")
     p.add_argument("--limit", type=int, default=100, metavar="N", help="default 100")
+    p.add_argument(
+        "--start",
+        action="store_true",
+        help="add each job's estimated start (a projection, like squeue --start) and its basis",
+    )
 
     for name, printer, text in (
         ("why", _why, "why a job is not running (or what happened to it)"),

@@ -89,6 +89,7 @@ from jpushare.store.observations import (
 )
 from jpushare.store.records import DispatchedJob
 from jpushare.store.times import same_instant
+from jpushare.time_limits import time_limit_reason
 
 log = logging.getLogger(__name__)
 
@@ -447,7 +448,8 @@ def _apply_end(session: Session, t: Ended) -> str | None:
         RunState.COMPLETED: (store.JobState.COMPLETED, t.reason),
         RunState.FAILED: (store.JobState.FAILED, t.reason),
         RunState.CANCELLED: (store.JobState.CANCELLED, t.reason or "cancelled by the executor"),
-        RunState.TIMEOUT: (store.JobState.FAILED, t.reason or "time limit reached"),
+        # "FAILED (time limit)" everywhere reads this reason (`time_limits.state_label`).
+        RunState.TIMEOUT: (store.JobState.FAILED, time_limit_reason(t.reason)),
     }[t.state]
     ended = store.end_job(
         session,

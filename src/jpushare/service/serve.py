@@ -290,6 +290,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 max_body_bytes=settings.max_body_bytes,
                 only_unix_user=only_account,
                 placement_order=settings.placement_order,
+                cycle_s=settings.cycle_s,
             )
             config = uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_level="info", access_log=False

@@ -62,7 +62,7 @@ import heapq
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import chain
@@ -246,6 +246,100 @@ def simulate(
     engine = _Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
     engine.run()
     return engine.result(name, order.value, time.perf_counter() - started)
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """When each followed queued job would start if nothing changed but the clock.
+
+    Times are on the snapshot's clock. `unresolved` jobs did not start before the forecast
+    stopped: its cycle budget ran out (`horizon` is then the last time it reached) or
+    nothing left could start them (e.g. no placement fits them, or only GPUs held by jobs
+    outside JPU-Share, whose ends are unknown, would).
+    """
+
+    starts: Mapping[str, float]
+    unresolved: frozenset[str]
+    horizon: float
+    cycles: int
+
+
+def forecast(
+    snapshot: Snapshot,
+    run_s: Mapping[str, float],
+    *,
+    policy: str = "reservation",
+    placement: PlacementOrder | str = PlacementOrder.PACK,
+    cycle_s: float = 5.0,
+    max_cycles: int | None = None,
+    follow: Iterable[str] | None = None,
+    running_labs: Mapping[str, str] | None = None,
+) -> Forecast:
+    """Run `policy` forward from `snapshot` (a live state) until every followed job starts.
+
+    `run_s` holds, for every queued and running job, how long its run lasts (its time
+    limit, or an estimate: see `sim.estimate`); a running job ends at `started_at` plus
+    that, or at once if that has passed. GPUs a placement has busy beyond its running jobs
+    (jobs outside JPU-Share) stay busy. No job arrives, fails or is cancelled; lab usage
+    grows as the engine bills ends (SPEC §4), so the fair-share order evolves as it
+    would. `follow`: the queued jobs to wait for (default: all). `running_labs`: each
+    running job's lab, billed when it ends (a snapshot's running jobs do not name it;
+    without it their cost reaches no lab).
+    """
+    order = parse_placement_order(str(placement))
+    named = POLICIES[policy]
+
+    def fn(s: Snapshot) -> Decisions:
+        return named(s, order)
+
+    now = snapshot.now
+    places = {p.key: p for p in snapshot.placements}
+    held: dict[Key, int] = {}
+    running = [r for r in snapshot.running if (r.node, r.tier) in places]
+    for r in running:
+        held[(r.node, r.tier)] = held.get((r.node, r.tier), 0) + r.num_gpus
+    placements = tuple(
+        replace(p, busy=max(p.busy, held.get(p.key, 0))) for p in snapshot.placements
+    )
+    specs = [
+        TraceJob(
+            q.job_id,
+            min(0.0, q.queue_entered_at - now),
+            max(0.0, run_s[q.job_id]),
+            q.num_gpus,
+            q.lab,
+            time_limit=q.time_limit_s or max(0.0, run_s[q.job_id]),
+        )
+        for q in snapshot.queue
+    ]
+    specs += [
+        TraceJob(
+            r.job_id,
+            r.started_at - now,
+            max(0.0, run_s[r.job_id]),
+            r.num_gpus,
+            (running_labs or {}).get(r.job_id, ""),
+        )
+        for r in running
+    ]
+    cluster = ClusterSpec(snapshot.tiers, placements, dict(snapshot.lab_usage))
+    engine = _Engine(cluster, specs, fn, cycle_s, None, False, None)
+    engine.submissions = []  # every job is in the state the snapshot says, not pending
+    for q in snapshot.queue:
+        engine.seed_queued(q, now)
+    for r in running:
+        engine.seed_running(r, now)
+    queued = {q.job_id for q in snapshot.queue}
+    engine.watched = set(queued if follow is None else queued.intersection(follow))
+    followed = frozenset(engine.watched)
+    engine.run(max_cycles, force_first=True)
+    last = (engine.cycles_total - 1) * cycle_s
+    return Forecast(
+        starts={j: now + t for j, t in engine.first_starts.items()},
+        unresolved=frozenset(followed - engine.first_starts.keys()),
+        horizon=now + max(0.0, last),
+        cycles=engine.cycles_run,
+    )
 
 
 # Event kinds, in the order they apply at equal times.
@@ -445,10 +539,49 @@ class _Engine:
         self.lab_timeline: list[tuple[float, str, float]] = []
         self.cycles_run = 0
         self.cycles_total = 0
+        # A forecast follows these jobs and stops once all have started (see `forecast`).
+        self.watched: set[str] | None = None
+        self.first_starts: dict[str, float] = {}
+
+    # -- a live state (forecasts) -----------------------------------------------------------
+
+    def seed_queued(self, q: QueuedJob, now: float) -> None:
+        """`q` waits in the queue (entered at its own time), with its reservation if any."""
+        job = self.jobs[q.job_id]
+        job.state = JobState.QUEUED
+        job.min_sort_order = q.min_sort_order
+        r = q.reservation
+        if r is not None:
+            job.reservation = Reservation(r.node, r.tier, r.gpus, r.since - now, 0.0)
+            # Its cost since it began is not billed yet (SPEC §4: billed when the job
+            # ends), so it reaches the lab at the job's end in the forecast too.
+            job.res_span_start = r.since - now
+            self.reserving[q.job_id] = job
+            self.reserved_gpus += r.gpus
+            self.open_reservation[q.job_id] = len(self.reservation_log)
+            self.reservation_log.append(
+                _ReservationLog(q.job_id, r.node, r.tier, r.gpus, r.since - now)
+            )
+        self._enqueue(job.queued())
+
+    def seed_running(self, r: RunningJob, now: float) -> None:
+        """`r` runs (its GPUs already counted busy) and ends after its `duration`."""
+        job = self.jobs[r.job_id]
+        job.state = JobState.RUNNING
+        job.epoch = 1
+        job.run_start = r.started_at - now
+        job.run_key = (r.node, r.tier)
+        run = RunningJob(r.job_id, r.node, r.tier, r.num_gpus, job.run_start, r.time_limit_s)
+        self.running[r.job_id] = run
+        self.running_ends.started(run)
+        self._running_tuple = None
+        self.running_gpus += r.num_gpus
+        end = max(0.0, job.run_start + job.spec.duration)
+        heapq.heappush(self.heap, (end, _END, r.job_id, job.epoch))
 
     # -- the loop -------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, max_cycles: int | None = None, *, force_first: bool = False) -> None:
         c = self.cycle_s
         k = 0
         acted = False
@@ -457,8 +590,12 @@ class _Engine:
             t = k * c
             changed = self._apply_events(t)
             changed = self._admit(t) or changed
-            if changed or acted or self.every_cycle:
+            if changed or acted or self.every_cycle or (k == 0 and force_first):
                 acted = self._cycle(t)
+            if self.watched is not None and not self.watched:
+                break  # a forecast: every job it follows has started
+            if max_cycles is not None and self.cycles_run >= max_cycles:
+                break
             if self.progress is not None and self.finished != reported:
                 reported = self.finished
                 self.progress(self.finished, len(self.jobs))
@@ -672,6 +809,9 @@ class _Engine:
         self._set_placement(
             Placement(p.node, p.tier, p.capacity, p.busy + a.num_gpus, p.schedulable)
         )
+        if self.watched is not None and a.job_id in self.watched:
+            self.watched.discard(a.job_id)
+            self.first_starts[a.job_id] = t
         self.running_gpus += a.num_gpus
         self._dequeue(a.job_id)
         job.state = JobState.RUNNING

@@ -13,6 +13,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from jpushare.time_limits import ended_by_time_limit
+
 _env = Environment(
     loader=PackageLoader("jpushare.web", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -68,8 +70,10 @@ def percent(ratio: float | None) -> str:
 _STATE_LABELS = {"GLOBAL_QUEUE_WAIT": "QUEUED"}
 
 
-def state_label(state: str) -> str:
-    return _STATE_LABELS.get(state, state)
+def state_label(state: str, reason: str | None = None) -> str:
+    """The state as people read it; "FAILED (time limit)" when its limit ended the job."""
+    label = _STATE_LABELS.get(state, state)
+    return f"{label} (time limit)" if ended_by_time_limit(state, reason) else label
 
 
 _env.filters.update(

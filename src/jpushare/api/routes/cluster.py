@@ -42,12 +42,16 @@ def queue(
 ) -> QueuePublic:
     """The queue in fair-share order (SPEC §1), each job with its rank (1 = top), its lab's
     usage, its recorded reservation, what the next cycle would do for it (`next_cycle`, a
-    projection) and its "why", the same answer as /v1/jobs/{id}/why gives."""
+    projection) and its "why", the same answer as /v1/jobs/{id}/why gives, with its estimated
+    start (a projection like `squeue --start`, recomputed once per cycle)."""
     now = ctx.clock()
-    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)), ctx.placement_order)
+    snapshot = store.load_snapshot(session, now, ctx.busy(session))
+    view = QueueView.of(snapshot, ctx.placement_order)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
-    entries = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
+    tiers = queries.tier_names_by_sort_order(session)
+    estimates = ctx.estimates(session, snapshot)
+    entries = queue_entries(view, records, tiers, offset, limit, estimates)
     data = [for_viewer(e, records[e.job_id], user) for e in entries]
     return QueuePublic(
         data=data,

@@ -79,7 +79,7 @@ def _submit(session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext
         num_gpus=body.num_gpus,
         now=ctx.clock(),
         min_tier=body.min_tier,
-        time_limit_s=body.time_limit_s,
+        time_limit_s=body.limit_s(),
         run=body.run(),
     )
     content = job_public(done.job, done.tier_names_by_sort_order).model_dump_json()
@@ -180,7 +180,8 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
         snapshot = store.load_snapshot(session, now, ctx.busy(session))
         view = QueueView.of(snapshot, ctx.placement_order)
         if job.policy_id in view.queued:
-            return for_viewer(queued_why(view, job, history, tiers), job, user)
+            estimates = ctx.estimates(session, snapshot)
+            return for_viewer(queued_why(view, job, history, tiers, estimates), job, user)
         # A cycle dispatched (or a cancel ended) it between the two reads (PostgreSQL's
         # READ COMMITTED): answer from its new state.
         job, history = store.get_job(session, job_id), store.job_history(session, job_id)
