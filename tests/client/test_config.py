@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from jpushare.client import ApiError, Client, ClientConfig, load_client_config
-from jpushare.client.cli import ago, amount, table
+from jpushare.client.formatting import ago, amount, table
 from jpushare.client.config import DEFAULT_URL, ClientConfigError
 
 

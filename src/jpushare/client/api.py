@@ -179,6 +179,10 @@ class Client:
         mine: bool = False,
         before_id: int | None = None,
         limit: int | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
     ) -> JSON:
         params: dict[str, Any] = {
             "state": list(states) or None,
@@ -186,12 +190,20 @@ class Client:
             "mine": "true" if mine else None,
             "before_id": before_id,
             "limit": limit,
+            "user": user,
+            "name": name,
+            "since": since,
+            "until": until,
         }
         result: JSON = self._call("GET", "/v1/jobs", params=params)
         return result
 
     def job(self, job_id: int) -> JSON:
         result: JSON = self._call("GET", f"/v1/jobs/{job_id}")
+        return result
+
+    def attempts(self, job_id: int) -> JSON:
+        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/attempts")
         return result
 
     def cancel(self, job_id: int) -> JSON:

@@ -13,6 +13,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from jpushare.client.formatting import state_label  # one mapping, shared with the CLI
+
 _env = Environment(
     loader=PackageLoader("jpushare.web", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -62,14 +64,6 @@ def percent(ratio: float | None) -> str:
     if ratio is None:
         return "—"
     return f"{ratio * 100:.1f} %"
-
-
-# A person reads "QUEUED" where the API says GLOBAL_QUEUE_WAIT (the CLI prints the same).
-_STATE_LABELS = {"GLOBAL_QUEUE_WAIT": "QUEUED"}
-
-
-def state_label(state: str) -> str:
-    return _STATE_LABELS.get(state, state)
 
 
 _env.filters.update(
