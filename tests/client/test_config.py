@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from jpushare.client import ApiError, Client, ClientConfig, load_client_config
-from jpushare.client.formatting import ago, amount, table
 from jpushare.client.config import DEFAULT_URL, ClientConfigError
+from jpushare.client.formatting import ago, amount, table
 
 
 def pair(config: ClientConfig) -> tuple[str, str | None]:

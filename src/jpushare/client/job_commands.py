@@ -245,9 +245,8 @@ def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
             )
     for r in refused:  # as `cancel JOB` reports a refusal: the API's code and sentence
         print(f"error {r['code']}: {r['message']}", file=sys.stderr)
-    if not args.json:
-        if not targets:
-            print("(no job matched: nothing cancelled)", file=out)
+    if not args.json and not targets:
+        print("(no job matched: nothing cancelled)", file=out)
     answer: JSON = {"cancelled": cancelled, "refused": refused}
     if refused:
         raise PartlyRefused(answer)
