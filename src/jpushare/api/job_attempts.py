@@ -70,12 +70,11 @@ def job_attempts(
             spans.append(_span(d, e.at))
         elif e.kind == EventKind.RELEASED.value:
             if spans and spans[-1].ended_at is None:
+                held = _float(d.get("held_s"))  # a cancel's release does not say: from times
+                if held is None:
+                    held = max(0.0, (e.at - spans[-1].started_at).total_seconds())
                 spans[-1] = spans[-1].model_copy(
-                    update={
-                        "ended_at": e.at,
-                        "released": _str(d.get("reason")),
-                        "held_s": _float(d.get("held_s")),
-                    }
+                    update={"ended_at": e.at, "released": _str(d.get("reason")), "held_s": held}
                 )
             else:  # a release whose start the events lack: its detail says where
                 spans.append(_span(d, e.at).model_copy(update={"ended_at": e.at}))
