@@ -4,6 +4,8 @@ usage in flight (`labs`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from jpushare import store
@@ -13,7 +15,7 @@ from tests.api.conftest import ALL_BUSY, T0, ApiWorld
 TFLOPS = {"rtx3080ti": 34.1, "rtx4090": 82.6, "rtx5090": 104.8}
 
 
-def labs(api: ApiWorld) -> dict[str, dict[str, object]]:
+def labs(api: ApiWorld) -> dict[str, dict[str, Any]]:
     r = api.get("/v1/labs")
     assert r.status_code == 200, r.text
     return {lab["name"]: lab for lab in r.json()["data"]}

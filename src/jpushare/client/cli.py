@@ -468,6 +468,11 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def now() -> datetime:
+    """This host's clock, for relative times and elapsed time (tests replace it)."""
+    return datetime.now(UTC)
+
+
 def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -> int:
     """Run one command: config, client, call, errors as one line on stderr."""
     out = out if out is not None else sys.stdout
@@ -481,7 +486,7 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
                 f"it in {config_path(os.environ)} (ask an admin for one)",
             )
         with Client(config.url, config.token, munge=munge) as api:
-            result = printer(api, args, out, datetime.now(UTC))
+            result = printer(api, args, out, now())
     except ApiError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)
         for alt in exc.details.get("alternatives", []) if exc.code == "NO_FIT_PLACEMENT" else []:
