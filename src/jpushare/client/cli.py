@@ -40,15 +40,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from jpushare.client import job_commands
-from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
 from jpushare.client.formatting import ago, amount, duration, state_label, table
 from jpushare.client.web import register_web
 from jpushare.memory_sizes import parse_mem_mb
-from jpushare.munge import default_munge
 from jpushare.run_settings import ENV_NAME
 
 EXIT_OK = 0
@@ -88,7 +86,11 @@ def _held_by(reservations: Sequence[JSON] | None) -> str:
 
 # --- commands --------------------------------------------------------------------------------
 
-Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
+if TYPE_CHECKING:  # httpx is imported only when a command talks to the API (start-up time)
+    from jpushare.client.api import JSON, Client
+    from jpushare.munge import Munge
+
+    Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
 
 
 def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
@@ -468,6 +470,14 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def default_munge() -> Munge | None:
+    """This host's munged, if any (`jpushare.munge`: ctypes and subprocess, imported only
+    when a command runs without a token)."""
+    from jpushare.munge import default_munge as find_munge
+
+    return find_munge()
+
+
 def now() -> datetime:
     """This host's clock, for relative times and elapsed time (tests replace it)."""
     return datetime.now(UTC)
@@ -475,6 +485,8 @@ def now() -> datetime:
 
 def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -> int:
     """Run one command: config, client, call, errors as one line on stderr."""
+    from jpushare.client.api import ApiError, Client  # httpx: only once a request is made
+
     out = out if out is not None else sys.stdout
     try:
         config = load_client_config(args.url, args.token)

@@ -14,10 +14,12 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from jpushare.client.api import JSON, ApiError, Client
 from jpushare.client.formatting import ago, amount, duration, parse_time, state_label, table
+
+if TYPE_CHECKING:
+    from jpushare.client.api import JSON, Client
 
 QUEUED = "GLOBAL_QUEUE_WAIT"
 LIVE_STATES = ("DISPATCHED", "RUNNING")
@@ -213,6 +215,7 @@ def show(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
 def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
     """scancel: the jobs named, or those the filters select (my jobs unless --user), each
     cancelled or refused on its own; exit 1 when any was refused."""
+    from jpushare.client.api import ApiError
     from jpushare.client.cli import UsageError
 
     filtered = bool(args.state or args.name or args.user)
