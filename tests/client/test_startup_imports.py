@@ -47,7 +47,7 @@ def modules_after(*argv: str) -> set[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", "JPUSHARE_CLIENT_CONFIG": "/dev/null"},
+        env={"PATH": "/usr/bin:/bin", "JPUSHARE_CLIENT_CONFIG": "/nonexistent/client.json"},
     )
     last = done.stdout.strip().splitlines()[-1]
     return set(json.loads(last))
@@ -77,6 +77,12 @@ def test_a_user_command_imports_nothing_of_the_server(argv: tuple[str, ...]) -> 
     loaded = modules_after(*argv)
     assert "jpushare.client.cli" in loaded  # the command really ran
     assert server_modules(loaded) == []
+
+
+def test_a_command_that_talks_to_the_api_got_as_far_as_the_request() -> None:
+    """So the cases above are real: `queue` loaded httpx and failed only at the socket."""
+    loaded = modules_after("queue", *CLOSED)
+    assert "httpx" in loaded and "jpushare.client.api" in loaded
 
 
 def test_help_starts_without_the_http_library() -> None:

@@ -452,3 +452,8 @@ def job_history(session: Session, job_id: int) -> list[JobEventRecord]:
         JobEventRecord(e.id, e.job_id, e.at, e.kind, e.from_state, e.to_state, e.detail)
         for e in events
     ]
+
+
+def job_count(session: Session) -> int:
+    """How many jobs the database holds (any state)."""
+    return int(session.scalar(select(func.count()).select_from(Job)) or 0)
