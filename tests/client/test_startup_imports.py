@@ -83,6 +83,7 @@ def test_a_command_that_talks_to_the_api_got_as_far_as_the_request() -> None:
     """So the cases above are real: `queue` loaded httpx and failed only at the socket."""
     loaded = modules_after("queue", *CLOSED)
     assert "httpx" in loaded and "jpushare.client.api" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("click", "pygments", "rich")}
 
 
 def test_help_starts_without_the_http_library() -> None:

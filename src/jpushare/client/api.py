@@ -11,13 +11,33 @@ Slurm's commands authenticate: no token needed on a host of the cluster.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator, Mapping, Sequence
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
-import httpx
 
-from jpushare.munge import Munge, MungeError, request_payload
+def _skip_httpx_command_line() -> None:
+    """httpx's package imports its own command line (`httpx._main`: click, pygments, rich)
+    whenever click is installed, as it is beside the server (uvicorn needs it): a quarter
+    of the CLI's start-up, for code no client runs. Where httpx is not imported yet, a stub
+    stands in for that one module (its `main` says so); every other part of httpx is real."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    stub = ModuleType("httpx._main")
+
+    def main() -> None:
+        raise SystemExit("httpx's command line is not loaded in the jpushare client")
+
+    stub.main = main  # type: ignore[attr-defined]
+    sys.modules["httpx._main"] = stub
+
+
+_skip_httpx_command_line()
+
+import httpx  # noqa: E402 (after the stub above)
+
+from jpushare.munge import Munge, MungeError, request_payload  # noqa: E402
 
 JSON = dict[str, Any]
 
