@@ -11,6 +11,7 @@ Slurm's commands authenticate: no token needed on a host of the cluster.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator, Mapping, Sequence
 from types import ModuleType, TracebackType
@@ -68,6 +69,20 @@ class MungeAuth(httpx.Auth):
         yield request
 
 
+_PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _plain_http_without_proxy(url: str) -> bool:
+    """An `http://` API reached directly: its transport needs no TLS context, whose CA
+    bundle httpx would otherwise load for every command (a third of `jpushare queue`'s
+    start-up). No TLS connection can come of it: every request goes to this http:// base
+    URL and redirects are not followed. With a proxy variable set, httpx's default
+    transport (which honours it) is kept."""
+    return url.lower().startswith("http://") and not any(
+        os.environ.get(name) for name in _PROXY_VARIABLES
+    )
+
+
 class ApiError(Exception):
     """The API said no (or could not be reached). `status` is 0 when there was no answer."""
 
@@ -100,6 +115,8 @@ class Client:
         elif munge is not None:
             auth = MungeAuth(munge)
         self.url = url.rstrip("/")
+        if transport is None and _plain_http_without_proxy(self.url):
+            transport = httpx.HTTPTransport(verify=False)  # see _plain_http_without_proxy
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
