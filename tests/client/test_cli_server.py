@@ -78,7 +78,7 @@ def test_submit_jobs_queue_why_cancel(
         "--lr", "0.1 x", capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
-    assert out.startswith("submitted job 1 (big): 4 GPUs, tier >= rtx3080ti, GLOBAL_QUEUE_WAIT")
+    assert out.startswith("submitted job 1 (big): 4 GPUs, tier >= rtx3080ti, QUEUED")
 
     code, out, _ = cli(served, "bob", "submit", "--gpus", "1", "--json", "--", "nvidia-smi -L",
                        capsys=capsys)  # fmt: skip
@@ -98,7 +98,8 @@ def test_submit_jobs_queue_why_cancel(
     assert main(["jobs", "--mine"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
-        "ID", "NAME", "USER", "LAB", "GPUS", "MIN-TIER", "STATE", "WHERE", "SUBMITTED", "ENDED",
+        "ID", "NAME", "USER", "LAB", "GPUS", "MIN-TIER", "STATE", "WHERE", "SUBMITTED",
+        "ELAPSED", "TIME-LEFT", "ENDED",
     ]  # fmt: skip
     assert len(lines) == 2 and lines[1].split()[:4] == ["1", "big", "alice", "alpha"]
 

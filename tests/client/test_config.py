@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from jpushare.client import ApiError, Client, ClientConfig, load_client_config
-from jpushare.client.cli import ago, amount, table
 from jpushare.client.config import DEFAULT_URL, ClientConfigError
+from jpushare.client.formatting import ago, amount, table
 
 
 def pair(config: ClientConfig) -> tuple[str, str | None]:
@@ -72,3 +72,16 @@ def test_a_non_json_error_is_bad_response() -> None:
     with Client("http://x", "jps_t", transport=transport) as api, pytest.raises(ApiError) as exc:
         api.queue()
     assert exc.value.code == "BAD_RESPONSE" and exc.value.status == 502
+
+
+def test_only_a_direct_plain_http_api_skips_the_tls_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jpushare.client.api import _plain_http_without_proxy
+
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert _plain_http_without_proxy("http://head:8000")
+    assert not _plain_http_without_proxy("https://head:8000")  # TLS: httpx's verified default
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    assert not _plain_http_without_proxy("http://head:8000")  # the proxy is honoured

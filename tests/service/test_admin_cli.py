@@ -11,6 +11,7 @@ import pytest
 from jpushare import store
 from jpushare.service.__main__ import main
 from jpushare.store.cluster_setup import set_lab_usage
+from jpushare.store.lab_events import lab_events, set_lab_usage_recorded
 from tests.dispatcher.conftest import CLUSTER_YAML
 
 TOKEN = re.compile(r"jps_[A-Za-z0-9_-]+")
@@ -153,7 +154,7 @@ def test_a_user_is_a_unix_account_checked_when_added(
     assert code == 0 and "jobs run as root (uid 0)" in out
     code, out, _ = run(capsys, "admin", "user", "list")
     lines = out.splitlines()
-    assert lines[0].split() == ["USER", "LAB", "ROLE", "UNIX_USER"]
+    assert lines[0].split() == ["USER", "LAB", "ROLE", "UNIX-USER"]
     assert [line.split() for line in lines[1:]] == [["ivy", "alpha", "student", "root"]]
 
 
@@ -182,4 +183,63 @@ def test_tiers_get_cpu_and_memory_defaults_from_the_cluster_file_and_tier_set(
     engine.dispose()
     assert tiers == {"rtx4090": (None, 32768), "rtx3080ti": (4, 12288)}
     code, out, _ = run(capsys, "admin", "tier", "list")
-    assert "CPUS_PER_GPU" in out and "32G" in out
+    assert "CPUS/GPU" in out and "32G" in out
+
+
+def test_set_usage_is_never_negative_and_leaves_an_auditable_lab_event(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11 §5: `admin lab set-usage LAB VALUE` changes the fair-share order, so it is
+    recorded (who, when, before, after, why); a negative value changes nothing."""
+    url, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0  # alpha 1500, beta 0
+    with pytest.raises(SystemExit) as exc:
+        main(["admin", "lab", "set-usage", "alpha", "-5"])
+    assert exc.value.code == 2
+    capsys.readouterr()
+    code, out, _ = run(capsys, "admin", "lab", "set-usage", "alpha", "2500000", "--note", "q3")
+    assert code == 0
+    assert out.startswith("lab alpha: usage 1.5k -> 2.5M TFLOP-s (recorded as lab event ")
+    code, _, err = run(capsys, "admin", "lab", "set-usage", "nosuch", "1")
+    assert code == 1 and err.startswith("jpushare admin: no lab 'nosuch'")
+    code, out, _ = run(capsys, "admin", "lab", "list")
+    rows = [line.split()[:3] for line in out.splitlines()]
+    assert rows == [["RANK", "LAB", "USAGE"], ["1", "beta", "0"], ["2", "alpha", "2.5M"]]
+    code, out, _ = run(capsys, "admin", "lab", "events")
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "LAB", "AT", "KIND", "BY", "BEFORE", "AFTER", "NOTE"]
+    assert (
+        len(lines) == 2
+        and "usage_set" in lines[1]
+        and lines[1].split()[-3:]
+        == [
+            "1.5k",
+            "2.5M",
+            "q3",
+        ]
+    )
+    engine = store.make_engine(url)
+    with store.make_sessionmaker(engine)() as s:
+        events = lab_events(s, "alpha")
+        assert store.get_lab(s, "alpha").cumulative_usage == 2.5e6
+    engine.dispose()
+    assert [(e.kind, e.detail) for e in events] == [
+        ("usage_set", {"before": 1500.0, "after": 2.5e6, "note": "q3"})
+    ]
+    assert events[0].actor
+
+
+def test_the_store_refuses_a_negative_or_infinite_usage(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    engine = store.make_engine(url)
+    sessions = store.make_sessionmaker(engine)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with sessions.begin() as s, pytest.raises(store.InvalidRequest):
+            set_lab_usage_recorded(s, "alpha", bad, store.utc_now())
+    with sessions() as s:
+        assert store.get_lab(s, "alpha").cumulative_usage == 1500.0
+        assert lab_events(s) == []
+    engine.dispose()

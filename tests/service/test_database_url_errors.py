@@ -86,6 +86,6 @@ def test_a_negative_starting_usage_is_refused(
     with pytest.raises(SystemExit) as exc:
         main(["admin", "lab", "add", "X", "--usage", "-100"])
     assert exc.value.code == 2
-    assert "--usage: must be between 0" in capsys.readouterr().err
+    assert "--usage: a lab's usage is never negative" in capsys.readouterr().err
     assert main(["admin", "lab", "list"]) == 0
     assert "X" not in capsys.readouterr().out.split()

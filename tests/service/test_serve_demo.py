@@ -98,7 +98,8 @@ def test_the_demo_service_runs_completes_cancels_and_reserves_jobs_with_a_why_at
     demo: tuple[Service, Api, Path],
 ) -> None:
     service, api, tmp = demo
-    assert "jpushare submit --gpus 2 -- sleep 30" in service.log()
+    assert "jpushare submit --gpus 2 --wait -- sleep 30" in service.log()
+    assert "(new, from the example cluster)" in service.log()
 
     # A job runs and completes.
     done = api.submit("echo hello; sleep 0.5")

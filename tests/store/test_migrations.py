@@ -26,6 +26,7 @@ TABLES = {
     "gpu_resources",
     "jobs",
     "job_events",
+    "lab_events",
 }
 
 SPEC_7_COLUMNS = {

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import case, func, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy import case, func, or_, select, text
+from sqlalchemy.orm import Session, aliased
 
 from jpushare.metrics import HOLD_BUCKETS_S, MetricFigures, TierGpus
 from jpushare.policy.model import Placement
@@ -67,6 +67,68 @@ def lab_job_counts(session: Session) -> dict[str, dict[str, int]]:
         key = "queued" if state == JobState.GLOBAL_QUEUE_WAIT.value else "running"
         out[lab][key] += count
     return dict(out)
+
+
+@dataclass(frozen=True, slots=True)
+class LabInFlight:
+    """What a lab holds now and has not been charged for yet (charging is lazy, SPEC §4)."""
+
+    tflop_s: float = 0.0
+    running_gpus: int = 0
+    reserved_gpus: int = 0
+
+
+_RunTier = aliased(GpuTier)
+_ReservedTier = aliased(GpuTier)
+
+
+def lab_in_flight(session: Session, now: datetime) -> dict[str, LabInFlight]:
+    """lab name -> its jobs' bills so far that have not reached it: each job's recorded
+    costs (run_cost + reservation_gpu_seconds, as `job_bill`) less `charged_tflop_s`, plus
+    the running attempt's GPU time since it started and the reservation's since it was last
+    accrued, × TFLOPS. What `charge_lab` would add if every job ended now."""
+    active = [s.value for s in ACTIVE_STATES]
+    rows = session.execute(
+        select(
+            Lab.name,
+            Job.state,
+            Job.num_gpus,
+            Job.started_at,
+            Job.run_cost + Job.reservation_gpu_seconds - Job.charged_tflop_s,
+            _RunTier.tflops,
+            Job.reserved_gpus,
+            func.coalesce(Job.reservation_last_accrued_at, Job.reservation_since),
+            _ReservedTier.tflops,
+        )
+        .join(Lab, Lab.id == Job.lab_id)
+        .outerjoin(_RunTier, _RunTier.id == Job.tier_id)
+        .outerjoin(_ReservedTier, _ReservedTier.id == Job.reserved_tier_id)
+        .where(
+            or_(
+                Job.state.in_(active),
+                Job.reserved_gpus > 0,
+                Job.run_cost + Job.reservation_gpu_seconds > Job.charged_tflop_s,
+            ),
+            ~Job.state.in_([s.value for s in JobState if s.ended]),
+        )
+    )
+    out: dict[str, LabInFlight] = {}
+    for lab, state, gpus, started, uncharged, tflops, reserved, accrued, res_tflops in rows:
+        total = max(0.0, uncharged)
+        running = 0
+        if state == JobState.RUNNING.value and started is not None and tflops is not None:
+            total += gpus * max(0.0, (now - started).total_seconds()) * tflops
+        if state in active:
+            running = gpus
+        if reserved and accrued is not None and res_tflops is not None:
+            total += reserved * max(0.0, (now - accrued).total_seconds()) * res_tflops
+        before = out.get(lab, LabInFlight())
+        out[lab] = LabInFlight(
+            before.tflop_s + total,
+            before.running_gpus + running,
+            before.reserved_gpus + reserved,
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

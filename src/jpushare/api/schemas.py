@@ -233,6 +233,42 @@ class JobsPublic(BaseModel):
     next_before_id: int | None = Field(description="pass as before_id for the next page")
 
 
+class AttemptPublic(BaseModel):
+    """One try at running a job: where, when, how it ended (from its `job_events`)."""
+
+    attempt: int
+    node: str | None
+    tier: str | None
+    num_gpus: int | None
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str = Field(
+        description="COMPLETED, FAILED, CANCELLED, OOM_REQUEUED, NODE_FAIL_REQUEUED, "
+        "DISPATCH_UNDONE, or DISPATCHED / RUNNING while it lasts"
+    )
+    exit_code: int | None
+    reason: str | None
+    run_cost_tflop_s: float | None = Field(description="null while it runs")
+
+
+class ReservationSpanPublic(BaseModel):
+    """One reservation the job held while queued (SPEC §3)."""
+
+    node: str | None
+    tier: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    released: str | None = Field(description="filled | swap | r3 | r5 | cancel; null: held")
+    held_s: float | None
+
+
+class AttemptsPublic(BaseModel):
+    job_id: int
+    data: list[AttemptPublic]
+    reservations: list[ReservationSpanPublic]
+
+
 class LogPublic(BaseModel):
     job_id: int
     attempt: int
@@ -421,6 +457,15 @@ class LabPublic(BaseModel):
     queued_jobs: int = 0
     running_jobs: int = 0
     created_at: datetime
+    rank: int = Field(default=0, description="1 = served first (least usage)")
+    share: float | None = Field(default=None, description="usage ÷ every lab's usage")
+    in_flight_tflop_s: float = Field(
+        default=0.0,
+        description="held but not yet charged (charging is lazy): running jobs' GPU time and "
+        "reservations' since they were last charged, × TFLOPS",
+    )
+    running_gpus: int = 0
+    reserved_gpus: int = 0
 
 
 class LabsPublic(BaseModel):

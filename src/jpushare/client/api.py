@@ -11,13 +11,34 @@ Slurm's commands authenticate: no token needed on a host of the cluster.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Generator, Mapping, Sequence
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
-import httpx
 
-from jpushare.munge import Munge, MungeError, request_payload
+def _skip_httpx_command_line() -> None:
+    """httpx's package imports its own command line (`httpx._main`: click, pygments, rich)
+    whenever click is installed, as it is beside the server (uvicorn needs it): a quarter
+    of the CLI's start-up, for code no client runs. Where httpx is not imported yet, a stub
+    stands in for that one module (its `main` says so); every other part of httpx is real."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    stub = ModuleType("httpx._main")
+
+    def main() -> None:
+        raise SystemExit("httpx's command line is not loaded in the jpushare client")
+
+    stub.main = main  # type: ignore[attr-defined]
+    sys.modules["httpx._main"] = stub
+
+
+_skip_httpx_command_line()
+
+import httpx  # noqa: E402 (after the stub above)
+
+from jpushare.munge import Munge, MungeError, request_payload  # noqa: E402
 
 JSON = dict[str, Any]
 
@@ -46,6 +67,20 @@ class MungeAuth(httpx.Auth):
             ) from exc
         request.headers["Authorization"] = f"MUNGE {credential}"
         yield request
+
+
+_PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _plain_http_without_proxy(url: str) -> bool:
+    """An `http://` API reached directly: its transport needs no TLS context, whose CA
+    bundle httpx would otherwise load for every command (a third of `jpushare queue`'s
+    start-up). No TLS connection can come of it: every request goes to this http:// base
+    URL and redirects are not followed. With a proxy variable set, httpx's default
+    transport (which honours it) is kept."""
+    return url.lower().startswith("http://") and not any(
+        os.environ.get(name) for name in _PROXY_VARIABLES
+    )
 
 
 class ApiError(Exception):
@@ -80,6 +115,8 @@ class Client:
         elif munge is not None:
             auth = MungeAuth(munge)
         self.url = url.rstrip("/")
+        if transport is None and _plain_http_without_proxy(self.url):
+            transport = httpx.HTTPTransport(verify=False)  # see _plain_http_without_proxy
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
@@ -179,6 +216,10 @@ class Client:
         mine: bool = False,
         before_id: int | None = None,
         limit: int | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
     ) -> JSON:
         params: dict[str, Any] = {
             "state": list(states) or None,
@@ -186,12 +227,20 @@ class Client:
             "mine": "true" if mine else None,
             "before_id": before_id,
             "limit": limit,
+            "user": user,
+            "name": name,
+            "since": since,
+            "until": until,
         }
         result: JSON = self._call("GET", "/v1/jobs", params=params)
         return result
 
     def job(self, job_id: int) -> JSON:
         result: JSON = self._call("GET", f"/v1/jobs/{job_id}")
+        return result
+
+    def attempts(self, job_id: int) -> JSON:
+        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/attempts")
         return result
 
     def cancel(self, job_id: int) -> JSON:

@@ -4,10 +4,13 @@
                     [--chdir DIR] [--export ALL|NONE|VAR[,VAR=value…]]
                     [--output PATH] [--error PATH] [--cpus-per-gpu N] [--mem-per-gpu SIZE]
                     -- CMD…
-    jpushare jobs [--state S]... [--lab L] [--mine] [--limit N]
+    jpushare jobs [--state S]... [--lab L] [--mine] [--user U] [--name NAME]
+                  [--since WHEN] [--until WHEN] [--format table|csv] [--limit N]
+    jpushare show JOB
     jpushare queue [--limit N] [--start]
     jpushare why JOB
-    jpushare cancel JOB
+    jpushare wait JOB… [--started] [--timeout S]
+    jpushare cancel [JOB…] [--state S]... [--name NAME] [--user U]
     jpushare log JOB [--attempt N] [--stderr] [--follow]
     jpushare labs | placements | tiers
     jpushare stats [--since 7d]
@@ -37,13 +40,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from jpushare.client.api import JSON, ApiError, Client
+from jpushare.client import job_commands
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.client.formatting import ago, amount, duration, parse_time, state_label, table
 from jpushare.client.web import register_web
 from jpushare.memory_sizes import parse_mem_mb
-from jpushare.munge import default_munge
 from jpushare.run_settings import ENV_NAME
 from jpushare.time_limits import TimeLimitError, parse_time_limit
 
@@ -55,74 +58,7 @@ JOB_STATES = ("GLOBAL_QUEUE_WAIT", "DISPATCHED", "RUNNING", "COMPLETED", "FAILED
 _STATE_ALIASES = {"QUEUED": "GLOBAL_QUEUE_WAIT", "WAITING": "GLOBAL_QUEUE_WAIT"}
 
 
-# --- formatting ------------------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Aligned columns; numbers right-aligned, text left-aligned."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
-    numeric = [
-        bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows)
-        for i in range(len(headers))
-    ]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]) for i, v in enumerate(values)
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
-
-
-def ago(value: str | None, now: datetime) -> str:
-    """'3m ago', '2h ago', 'in 5s' (clock skew), '-' when unknown."""
-    at = parse_time(value)
-    if at is None:
-        return "-"
-    seconds = (now - at).total_seconds()
-    future = seconds < 0
-    s = int(abs(seconds))
-    if s < 60:
-        text = f"{s}s"
-    elif s < 3600:
-        text = f"{s // 60}m"
-    elif s < 86400:
-        text = f"{s // 3600}h{(s % 3600) // 60:02d}m" if s < 36000 else f"{s // 3600}h"
-    else:
-        text = f"{s // 86400}d{(s % 86400) // 3600}h"
-    return f"in {text}" if future else f"{text} ago"
-
-
-def amount(tflop_s: float) -> str:
-    """TFLOP-seconds, short: 0, 950, 12.3k, 4.56M, 7.89G."""
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(tflop_s) >= limit:
-            return f"{tflop_s / limit:.3g}{suffix}"
-    return f"{tflop_s:.0f}"
-
-
-def _where(job: JSON) -> str:
-    if job.get("node"):
-        return f"{job['node']}/{job.get('tier') or '?'}"
-    res = job.get("reservation")
-    if res:
-        return f"reserving {res['gpus']}/{res['of']} on {res['node']}/{res['tier']}"
-    return "-"
+# --- formatting (shared helpers live in jpushare.client.formatting) --------------------------
 
 
 def _reservation(res: JSON | None) -> str:
@@ -151,7 +87,11 @@ def _held_by(reservations: Sequence[JSON] | None) -> str:
 
 # --- commands --------------------------------------------------------------------------------
 
-Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
+if TYPE_CHECKING:  # httpx is imported only when a command talks to the API (start-up time)
+    from jpushare.client.api import JSON, Client
+    from jpushare.munge import Munge
+
+    Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
 
 
 def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
@@ -180,36 +120,28 @@ def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -
         tier = f", tier >= {job['min_tier']}" if job.get("min_tier") else ""
         print(
             f"submitted job {job['id']} ({job['name']}): {job['num_gpus']} GPU"
-            f"{'s' if job['num_gpus'] != 1 else ''}{tier}, {job['state']}; "
+            f"{'s' if job['num_gpus'] != 1 else ''}{tier}, {state_label(job['state'])}; "
             f"`jpushare why {job['id']}` says what it waits for",
             file=out,
+            flush=True,
         )
+    if args.wait:  # until it leaves the queue, as `jpushare wait --started`
+        (job,) = job_commands.wait_for(api, [job["id"]], "started", args.timeout, args.poll)
+        if not args.json:
+            print(job_commands.wait_line(job), file=out)
     return job
 
 
 def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.jobs(states=args.state or (), lab=args.lab, mine=args.mine, limit=args.limit)
-    if not args.json:
-        rows = [
-            (
-                j["id"],
-                j["name"],
-                j["user"],
-                j["lab"],
-                j["num_gpus"],
-                j.get("min_tier"),
-                j.get("state_label") or j["state"],  # "FAILED (time limit)"
-                _where(j),
-                ago(j["submitted_at"], now),
-                ago(j.get("ended_at"), now) if j.get("ended_at") else "-",
-            )
-            for j in result["data"]
-        ]
-        headers = ("ID", "NAME", "USER", "LAB", "GPUS", "MIN-TIER", "STATE", "WHERE")
-        print(table((*headers, "SUBMITTED", "ENDED"), rows), file=out)
-        if not rows:
-            print("(no jobs)", file=out)
-    return result
+    limit = args.limit if args.limit is not None else (None if args.format == "csv" else 50)
+    jobs = list(job_commands.all_jobs(api, args, limit))
+    if args.json:
+        return {"data": jobs, "count": len(jobs)}
+    if args.format == "csv":
+        job_commands.jobs_csv(jobs, out, now)
+    else:
+        job_commands.jobs_table(jobs, out, now)
+    return {"data": jobs, "count": len(jobs)}
 
 
 def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
@@ -294,17 +226,6 @@ def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     return why
 
 
-def _cancel(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    job = api.cancel(args.job)
-    if not args.json:
-        print(
-            f"cancelled job {job['id']} ({job['name']}); its lab {job['lab']} was charged "
-            f"{amount(job['charged_tflop_s'])} TFLOP-s for it in all",
-            file=out,
-        )
-    return job
-
-
 def export_environment(spec: str, env: Mapping[str, str]) -> dict[str, str]:
     """sbatch's --export: `ALL` (every variable), `NONE`, or `[ALL,]VAR[,VAR=value…]`.
 
@@ -381,10 +302,26 @@ def _labs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> 
     result = api.labs()
     if not args.json:
         rows = [
-            (lab["name"], amount(lab["usage_tflop_s"]), lab["queued_jobs"], lab["running_jobs"])
+            (
+                lab.get("rank"),
+                lab["name"],
+                amount(lab["usage_tflop_s"]),
+                _share(lab.get("share")),
+                amount(lab.get("in_flight_tflop_s", 0.0)),
+                lab["running_jobs"],
+                lab.get("running_gpus"),
+                lab.get("reserved_gpus"),
+                lab["queued_jobs"],
+            )
             for lab in result["data"]
         ]
-        print(table(("LAB", "USAGE (TFLOP-s)", "QUEUED", "RUNNING"), rows), file=out)
+        headers = ("RANK", "LAB", "USAGE (TFLOP-s)", "SHARE", "IN FLIGHT", "RUNNING", "GPUS")
+        print(table((*headers, "RESERVED", "QUEUED"), rows), file=out)
+        print(
+            "(rank 1 is served first; IN FLIGHT: held by running jobs and reservations, "
+            "charged when each job ends)",
+            file=out,
+        )
     return result
 
 
@@ -427,19 +364,6 @@ def _tiers(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         ]
         print(table(("TIER", "TFLOPS", "ORDER", "MAX-GPUS", "AUTO", "PARTITION"), rows), file=out)
     return result
-
-
-def duration(seconds: float | None) -> str:
-    """Seconds, short: 45s, 12.5m, 3.2h, 2.1d; '-' when unknown."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
 
 
 def _share(x: float | None) -> str:
@@ -573,8 +497,23 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def default_munge() -> Munge | None:
+    """This host's munged, if any (`jpushare.munge`: ctypes and subprocess, imported only
+    when a command runs without a token)."""
+    from jpushare.munge import default_munge as find_munge
+
+    return find_munge()
+
+
+def now() -> datetime:
+    """This host's clock, for relative times and elapsed time (tests replace it)."""
+    return datetime.now(UTC)
+
+
 def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -> int:
     """Run one command: config, client, call, errors as one line on stderr."""
+    from jpushare.client.api import ApiError, Client  # httpx: only once a request is made
+
     out = out if out is not None else sys.stdout
     try:
         config = load_client_config(args.url, args.token)
@@ -586,7 +525,7 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
                 f"it in {config_path(os.environ)} (ask an admin for one)",
             )
         with Client(config.url, config.token, munge=munge) as api:
-            result = printer(api, args, out, datetime.now(UTC))
+            result = printer(api, args, out, now())
     except ApiError as exc:
         print(f"error {exc.code}: {exc.message}", file=sys.stderr)
         for alt in exc.details.get("alternatives", []) if exc.code == "NO_FIT_PLACEMENT" else []:
@@ -604,10 +543,26 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
         return EXIT_USAGE
     except BrokenPipeError:  # e.g. `jpushare log 4 | head`
         return EXIT_OK
+    except job_commands.PartlyRefused as exc:
+        if args.json:
+            json.dump(exc.answer, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        return EXIT_ERROR
+    except job_commands.WaitTimeout as exc:
+        print(f"error TIMEOUT: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     if args.json:
         json.dump(result, out, indent=2, ensure_ascii=False)
         out.write("\n")
     return EXIT_OK
+
+
+_WINDOW_HELP = "window {}: a duration back from now (12h, 7d, 2w) or an ISO date/time"
+
+
+def _wait_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=_positive, metavar="S", help="give up after S seconds")
+    p.add_argument("--poll", type=_positive, default=1.0, help=argparse.SUPPRESS)
 
 
 def register(subparsers: Any) -> None:
@@ -651,13 +606,43 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--mem-per-gpu", type=_mem, metavar="SIZE", help="e.g. 16G (default: the tier's)"
     )
+    p.add_argument(
+        "--wait", action="store_true", help="return once it has left the queue (or ended)"
+    )
+    _wait_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command")
 
-    p = add("jobs", _jobs, "list jobs, newest first")
+    p = add("jobs", _jobs, "list jobs, newest first (as sacct: --since, --until, --format csv)")
     p.add_argument("--state", type=_state, action="append", metavar="S", help="repeatable")
     p.add_argument("--lab", metavar="L")
     p.add_argument("--mine", action="store_true", help="only my jobs")
-    p.add_argument("--limit", type=int, default=50, metavar="N", help="default 50")
+    p.add_argument("--user", metavar="U", help="only this user's jobs")
+    p.add_argument("--name", metavar="NAME", help="only jobs of this name")
+    p.add_argument("--since", metavar="WHEN", help=_WINDOW_HELP.format("start"))
+    p.add_argument("--until", metavar="WHEN", help=_WINDOW_HELP.format("end (excluded)"))
+    p.add_argument(
+        "--format",
+        choices=("table", "csv"),
+        default="table",
+        help="csv: one row per job, the columns of `jpushare.client.job_commands.CSV_COLUMNS`",
+    )
+    p.add_argument(
+        "--limit", type=int, metavar="N", help="at most N jobs (default 50; csv: every job)"
+    )
+
+    p = add("show", job_commands.show, "a job in full: command, times, attempts, costs")
+    p.add_argument("job", type=_job_id, metavar="JOB", help="the job id")
+
+    p = add("cancel", job_commands.cancel_many, "cancel jobs: by id, or by --state/--name/--user")
+    p.add_argument("jobs", type=_job_id, nargs="*", metavar="JOB", help="job ids")
+    p.add_argument("--state", type=_state, action="append", metavar="S", help="repeatable")
+    p.add_argument("--name", metavar="NAME", help="jobs of this name")
+    p.add_argument("--user", metavar="U", help="this user's jobs (default: mine)")
+
+    p = add("wait", job_commands.wait, "wait until jobs end (or, with --started, leave the queue)")
+    p.add_argument("jobs", type=_job_id, nargs="+", metavar="JOB", help="job ids")
+    p.add_argument("--started", action="store_true", help="until each has left the queue")
+    _wait_options(p)
 
     p = add("queue", _queue, "the queue in fair-share order, with each job's why")
     p.add_argument("--limit", type=int, default=100, metavar="N", help="default 100")
@@ -669,7 +654,6 @@ def register(subparsers: Any) -> None:
 
     for name, printer, text in (
         ("why", _why, "why a job is not running (or what happened to it)"),
-        ("cancel", _cancel, "cancel a job"),
         ("log", _log, "a job's output"),
     ):
         p = add(name, printer, text)

@@ -9,17 +9,22 @@ only its hash is stored.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import pwd
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
 from jpushare import store
+from jpushare.client.formatting import ago, amount, table, yes_no
 from jpushare.config import ConfigError, load_settings
 from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
 from jpushare.service.database_errors import URL_ERRORS, database_problem
-from jpushare.store.cluster_setup import set_lab_usage
+from jpushare.store.lab_events import lab_events, set_lab_usage_recorded
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
 
@@ -36,30 +41,81 @@ def transaction() -> Iterator[Session]:
         engine.dispose()
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain text table a person can read."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
-
-
 def _lab_add(args: argparse.Namespace) -> int:
     with transaction() as s:
         lab = store.create_lab(s, args.name, store.utc_now())
         if args.usage:
-            set_lab_usage(s, lab.name, args.usage)
-    print(f"lab {lab.name} created (usage {args.usage:g} TFLOP-s)")
+            set_lab_usage_recorded(
+                s, lab.name, args.usage, store.utc_now(), actor=_operator(), note="lab add --usage"
+            )
+    print(f"lab {lab.name} created (usage {amount(args.usage)} TFLOP-s)")
     return 0
 
 
 def _lab_list(args: argparse.Namespace) -> int:
     with transaction() as s:
         labs = store.list_labs(s)
-    rows = [(lab.name, f"{lab.cumulative_usage:.1f}") for lab in labs]
-    print(table(["LAB", "USAGE_TFLOP_S"], rows))
+    now = datetime.now(UTC)
+    rows = [
+        (rank, lab.name, amount(lab.cumulative_usage), ago(lab.created_at.isoformat(), now))
+        for rank, lab in enumerate(labs, start=1)
+    ]
+    print(table(["RANK", "LAB", "USAGE (TFLOP-s)", "CREATED"], rows))
     return 0
+
+
+def _lab_set_usage(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        done = set_lab_usage_recorded(
+            s, args.lab, args.value, store.utc_now(), actor=_operator(), note=args.note
+        )
+    print(
+        f"lab {done.lab}: usage {amount(done.before_tflop_s)} -> {amount(done.after_tflop_s)} "
+        f"TFLOP-s (recorded as lab event {done.event_id}; `jpushare admin lab events` lists them)"
+    )
+    return 0
+
+
+def _lab_events(args: argparse.Namespace) -> int:
+    with transaction() as s:
+        events = lab_events(s, args.lab)
+    now = datetime.now(UTC)
+    rows = [
+        (
+            e.id,
+            e.lab,
+            ago(e.at.isoformat(), now),
+            e.kind,
+            e.actor,
+            amount((e.detail or {}).get("before", 0.0)),
+            amount((e.detail or {}).get("after", 0.0)),
+            (e.detail or {}).get("note") or "-",
+        )
+        for e in events
+    ]
+    print(table(["ID", "LAB", "AT", "KIND", "BY", "BEFORE", "AFTER", "NOTE"], rows))
+    return 0
+
+
+def _operator() -> str:
+    """Who ran the admin command: the Unix account (the admin commands need the database's
+    credentials, so the account is who is accountable)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
+
+
+def _usage_value(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of TFLOP-s: {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a lab's usage is never negative: {raw!r}")
+    if value > MAX_USAGE_TFLOP_S:
+        raise argparse.ArgumentTypeError(f"at most {MAX_USAGE_TFLOP_S:g} TFLOP-seconds: {raw!r}")
+    return value
 
 
 def _user_add(args: argparse.Namespace) -> int:
@@ -81,7 +137,7 @@ def _user_list(args: argparse.Namespace) -> int:
     with transaction() as s:
         users = store.list_users(s, args.lab)
     rows = [(u.name, u.lab_name, u.role, u.unix_user) for u in users]
-    print(table(["USER", "LAB", "ROLE", "UNIX_USER"], rows))
+    print(table(["USER", "LAB", "ROLE", "UNIX-USER"], rows))
     return 0
 
 
@@ -105,8 +161,15 @@ def _token_list(args: argparse.Namespace) -> int:
         user_id = store.get_user(s, args.user).id if args.user else None
         names = {u.id: u.name for u in store.list_users(s)}
         tokens = store.list_tokens(s, user_id)
+    now = datetime.now(UTC)
     rows = [
-        (t.id, names.get(t.user_id, t.user_id), t.label, t.created_at, t.revoked_at or "")
+        (
+            t.id,
+            names.get(t.user_id, t.user_id),
+            t.label or "-",
+            ago(t.created_at.isoformat(), now),
+            ago(t.revoked_at.isoformat(), now) if t.revoked_at else "-",
+        )
         for t in tokens
     ]
     print(table(["ID", "USER", "LABEL", "CREATED", "REVOKED"], rows))
@@ -144,7 +207,7 @@ def _node_list(args: argparse.Namespace) -> int:
         (
             n.name,
             n.state,
-            f"drained: {n.drain_reason}" if n.admin_drained else "",
+            f"drained: {n.drain_reason}" if n.admin_drained else None,
             ", ".join(f"{t} x{c}" for t, c in sorted(n.gpus.items())),
         )
         for n in nodes
@@ -212,18 +275,6 @@ def _per_gpu(tier: store.TierRecord) -> str:
 MAX_USAGE_TFLOP_S = 1e18
 
 
-def _usage_arg(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not 0.0 <= value <= MAX_USAGE_TFLOP_S:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(
-            f"must be between 0 and {MAX_USAGE_TFLOP_S:g} TFLOP-seconds, not {raw}"
-        )
-    return value
-
-
 def _cpus_arg(raw: str) -> int:
     if raw.strip().lower() == "none":
         return 0
@@ -248,18 +299,18 @@ def _tier_list(args: argparse.Namespace) -> int:
     rows = [
         (
             t.name,
-            f"{t.tflops:g}",
+            t.tflops,
             t.sort_order,
             t.max_gpus,
-            t.auto_assign,
-            t.partition or "",
-            "" if t.cpus_per_gpu is None else t.cpus_per_gpu,
-            "" if t.mem_per_gpu_mb is None else format_mem_mb(t.mem_per_gpu_mb),
+            yes_no(t.auto_assign),
+            t.partition,
+            t.cpus_per_gpu,
+            None if t.mem_per_gpu_mb is None else format_mem_mb(t.mem_per_gpu_mb),
         )
         for t in tiers
     ]
-    headers = ["TIER", "TFLOPS", "SORT_ORDER", "MAX_GPUS", "AUTO_ASSIGN", "PARTITION"]
-    print(table([*headers, "CPUS_PER_GPU", "MEM_PER_GPU"], rows))
+    headers = ["TIER", "TFLOPS", "ORDER", "MAX-GPUS", "AUTO", "PARTITION"]
+    print(table([*headers, "CPUS/GPU", "MEM/GPU"], rows))
     return 0
 
 
@@ -306,10 +357,14 @@ def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     lab = areas.add_parser("lab", help="labs").add_subparsers(dest="action", required=True)
     p = command(lab, "add", _lab_add, "create a lab")
     p.add_argument("name")
-    p.add_argument(
-        "--usage", type=_usage_arg, default=0.0, help="starting usage, TFLOP-seconds (>= 0)"
-    )
+    p.add_argument("--usage", type=_usage_value, default=0.0, help="starting usage, TFLOP-seconds")
     command(lab, "list", _lab_list, "list labs, least usage first")
+    p = command(lab, "set-usage", _lab_set_usage, "set a lab's usage (recorded as a lab event)")
+    p.add_argument("lab")
+    p.add_argument("value", type=_usage_value, metavar="VALUE", help="TFLOP-seconds, >= 0")
+    p.add_argument("--note", default="", help="why (kept with the event)")
+    p = command(lab, "events", _lab_events, "changes made to labs' usage by hand")
+    p.add_argument("--lab")
 
     user = areas.add_parser("user", help="users").add_subparsers(dest="action", required=True)
     p = command(user, "add", _user_add, "create a user and print a token")

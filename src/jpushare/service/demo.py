@@ -44,6 +44,7 @@ class Demo:
     tokens_file: Path
     initialised: bool  # the database was empty and got the example cluster
     users: tuple[DemoUser, ...]  # empty when an existing tokens file was kept
+    jobs: int = 0  # jobs already in the database (a reused one): the next job's id is higher
 
 
 def user_name(lab: str) -> str:
@@ -67,11 +68,12 @@ def prepare_demo(
                 if lab not in existing:
                     store.create_lab(session, lab, now)
         _point_demo_users_at(session, service_account().name)
+        jobs = store.job_count(session)
         if not fresh and tokens_file.exists():
-            return Demo(tokens_file, False, ())
+            return Demo(tokens_file, False, (), jobs)
         users = _ensure_users(session, now)
     _write_tokens(tokens_file, url, users)
-    return Demo(tokens_file, fresh, tuple(users))
+    return Demo(tokens_file, fresh, tuple(users), jobs)
 
 
 def _wanted_users(session: Session) -> list[tuple[str, str, str]]:
@@ -126,22 +128,33 @@ def _write_tokens(path: Path, url: str, users: list[DemoUser]) -> None:
     os.replace(tmp, path)
 
 
-def instructions(demo: Demo, url: str) -> str:
-    """What to print once the service is up."""
+def instructions(demo: Demo, url: str, database: str, state_dir: Path) -> str:
+    """What to print once the service is up: where the API is, whether the database is new
+    or reused (a reused one keeps its jobs, so the README's job numbers do not hold), and
+    how to start fresh."""
     tokens = demo.tokens_file
     shown = os.path.relpath(tokens) if not tokens.is_absolute() else str(tokens)
+    state = os.path.relpath(state_dir) if state_dir.is_absolute() else str(state_dir)
+    if demo.initialised:
+        db_line = f"  database: {database} (new, from the example cluster)"
+    else:
+        held = f"{demo.jobs} job{'s' if demo.jobs != 1 else ''}"
+        db_line = (
+            f"  database: {database} REUSED ({held} in it: new jobs are numbered from "
+            f"{demo.jobs + 1}). To start fresh: stop the service, `rm -r {state}`, `make run`"
+        )
     return "\n".join(
         [
             "",
-            f"JPU-Share demo: API at {url} (OpenAPI at {url}/docs)",
-            f"  tokens for the demo users: {shown}"
-            + (" (new database from the example cluster)" if demo.initialised else ""),
+            f"JPU-Share demo: API at {url} (dashboard at {url}/, OpenAPI at {url}/docs)",
+            db_line,
+            f"  tokens for the demo users: {shown}",
             "In another shell, in this directory:",
             "  . .venv/bin/activate",
             f"  . {shown}",
-            "  jpushare submit --gpus 2 -- sleep 30",
+            "  jpushare submit --gpus 2 --wait -- sleep 30",
             "  jpushare queue",
-            "  jpushare why 1",
+            "  jpushare show 1" if demo.initialised else "  jpushare jobs --mine",
             "",
         ]
     )

@@ -208,7 +208,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
 
         assert cluster is not None
         demo = prepare_demo(sessions, cluster, settings.state_dir, public_url(settings))
-        banner = instructions(demo, public_url(settings))
+        database = _safe_url(settings.database_url)
+        banner = instructions(demo, public_url(settings), database, settings.state_dir)
     elif cluster is not None:
         with sessions.begin() as session:
             if inventory_is_empty(session):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, insert, select, true
+from sqlalchemy import Select, bindparam, func, insert, or_, select, true
 from sqlalchemy.orm import Session, aliased
 from sqlalchemy.sql.elements import BindParameter
 
@@ -398,6 +398,12 @@ class JobFilter:
     user_id: int | None = None
     before_id: int | None = None  # paging: only jobs with a smaller id
     limit: int = 100
+    user: str | None = None  # user name
+    name: str | None = None  # job name, exactly
+    # sacct's window: jobs that existed and had not ended during [since, until): submitted
+    # before `until`, and still active or ended at or after `since`.
+    since: datetime | None = None
+    until: datetime | None = None
 
 
 def list_jobs(session: Session, filters: JobFilter | None = None) -> list[JobRecord]:
@@ -412,6 +418,14 @@ def list_jobs(session: Session, filters: JobFilter | None = None) -> list[JobRec
         stmt = stmt.where(Job.user_id == f.user_id)
     if f.before_id is not None:
         stmt = stmt.where(Job.id < f.before_id)
+    if f.user is not None:
+        stmt = stmt.where(User.name == f.user)
+    if f.name is not None:
+        stmt = stmt.where(Job.name == f.name)
+    if f.until is not None:
+        stmt = stmt.where(Job.submitted_at < f.until)
+    if f.since is not None:
+        stmt = stmt.where(or_(Job.ended_at.is_(None), Job.ended_at >= f.since))
     return [_record(row) for row in session.execute(stmt)]
 
 
@@ -438,3 +452,8 @@ def job_history(session: Session, job_id: int) -> list[JobEventRecord]:
         JobEventRecord(e.id, e.job_id, e.at, e.kind, e.from_state, e.to_state, e.detail)
         for e in events
     ]
+
+
+def job_count(session: Session) -> int:
+    """How many jobs the database holds (any state)."""
+    return int(session.scalar(select(func.count()).select_from(Job)) or 0)

@@ -120,7 +120,7 @@ def build_router(config: WebConfig) -> APIRouter:
         user = cookie_user(session, request)
         if user is None:
             return _to_signin(request)
-        answer = cluster.labs(session=session, user=user)
+        answer = cluster.labs(session=session, user=user, ctx=ctx)
         total = sum(lab.usage_tflop_s for lab in answer.data)
         shares = {
             lab.name: (lab.usage_tflop_s / total if total > 0 else None) for lab in answer.data
@@ -143,12 +143,19 @@ def build_router(config: WebConfig) -> APIRouter:
         )
 
     @router.get("/jobs", response_class=HTMLResponse)
-    def my_jobs_page(request: Request, session: SessionDep) -> Response:
+    def my_jobs_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
         user = cookie_user(session, request)
         if user is None:
             return _to_signin(request)
         answer = jobs.list_jobs(
-            session=session, user=user, state=None, lab=None, mine=True, before_id=None, limit=100
+            session=session,
+            user=user,
+            ctx=ctx,
+            state=None,
+            lab=None,
+            mine=True,
+            before_id=None,
+            limit=100,
         )
         return page(request, user, "jobs", "jobs.html", jobs=answer)
 

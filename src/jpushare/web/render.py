@@ -13,7 +13,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from jpushare.time_limits import ended_by_time_limit
+from jpushare.client.formatting import state_label  # one mapping, shared with the CLI
 
 _env = Environment(
     loader=PackageLoader("jpushare.web", "templates"),
@@ -64,16 +64,6 @@ def percent(ratio: float | None) -> str:
     if ratio is None:
         return "—"
     return f"{ratio * 100:.1f} %"
-
-
-# A person reads "QUEUED" where the API says GLOBAL_QUEUE_WAIT (the CLI prints the same).
-_STATE_LABELS = {"GLOBAL_QUEUE_WAIT": "QUEUED"}
-
-
-def state_label(state: str, reason: str | None = None) -> str:
-    """The state as people read it; "FAILED (time limit)" when its limit ended the job."""
-    label = _STATE_LABELS.get(state, state)
-    return f"{label} (time limit)" if ended_by_time_limit(state, reason) else label
 
 
 _env.filters.update(

@@ -102,10 +102,28 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
 
 
 @router.get("/labs", responses=_ERRORS)
-def labs(session: SessionDep, user: CurrentUser) -> LabsPublic:
-    """Every lab, least usage first (the fair-share order), with its queued and running jobs."""
+def labs(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> LabsPublic:
+    """Every lab, least usage first (the fair-share order, `rank` 1 first), with its share
+    of all labs' usage, its queued and running jobs, and what it holds but has not been
+    charged for yet (`in_flight_tflop_s`: charging is lazy, at each job's end)."""
     counts = queries.lab_job_counts(session)
-    data = [lab_public(lab, counts.get(lab.name)) for lab in store.list_labs(session)]
+    in_flight = queries.lab_in_flight(session, ctx.clock())
+    labs = store.list_labs(session)
+    total = sum(lab.cumulative_usage for lab in labs)
+    data = []
+    for rank, lab in enumerate(labs, start=1):
+        held = in_flight.get(lab.name, queries.LabInFlight())
+        data.append(
+            lab_public(lab, counts.get(lab.name)).model_copy(
+                update={
+                    "rank": rank,
+                    "share": lab.cumulative_usage / total if total > 0 else None,
+                    "in_flight_tflop_s": held.tflop_s,
+                    "running_gpus": held.running_gpus,
+                    "reserved_gpus": held.reserved_gpus,
+                }
+            )
+        )
     return LabsPublic(data=data, count=len(data))
 
 

@@ -13,10 +13,12 @@ from jpushare import store
 from jpushare.api import queries
 from jpushare.api.deps import ApiContext, ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
+from jpushare.api.job_attempts import job_attempts
 from jpushare.api.permissions import require_manage
 from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     INT64_MAX,
+    AttemptsPublic,
     ErrorPublic,
     JobCreate,
     JobPublic,
@@ -26,6 +28,7 @@ from jpushare.api.schemas import (
     WhyPublic,
     job_public,
 )
+from jpushare.api.time_window import parse_when
 from jpushare.api.why import QueueView, history_why, queued_why
 from jpushare.executors.base import Executor
 from jpushare.executors.local import LOG_TAIL_BYTES
@@ -37,6 +40,9 @@ from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+_SINCE = "window start: a duration back from now (7d, 12h) or an ISO time (2026-01-01)"
+_UNTIL = "window end (excluded): a duration back from now or an ISO time; default now"
 
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="the job id")]
 
@@ -91,14 +97,22 @@ def _submit(session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext
 def list_jobs(
     session: SessionDep,
     user: CurrentUser,
+    ctx: ContextDep,
     state: Annotated[list[JobState] | None, Query(description="repeat for several")] = None,
     lab: Annotated[Name | None, Query(description="lab name")] = None,
     mine: Annotated[bool, Query(description="only my jobs")] = False,
     before_id: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    user_name: Annotated[Name | None, Query(alias="user", description="user name")] = None,
+    name: Annotated[str | None, Query(max_length=200, description="job name, exactly")] = None,
+    since: Annotated[str | None, Query(max_length=64, description=_SINCE)] = None,
+    until: Annotated[str | None, Query(max_length=64, description=_UNTIL)] = None,
 ) -> JobsPublic:
     """Jobs, newest first; every filter narrows. Page with `before_id`. Other users' jobs
-    come without their private fields (null, named in `hidden`), as `squeue` shows them."""
+    come without their private fields (null, named in `hidden`), as `squeue` shows them.
+    `since`/`until` select as sacct's -S/-E do: the jobs that had been submitted and had
+    not ended at some moment of the window."""
+    now = ctx.clock()
     jobs = store.list_jobs(
         session,
         store.JobFilter(
@@ -107,6 +121,10 @@ def list_jobs(
             user_id=user.id if mine else None,
             before_id=before_id,
             limit=limit,
+            user=user_name,
+            name=name,
+            since=parse_when(since, now, "since") if since is not None else None,
+            until=parse_when(until, now, "until") if until is not None else None,
         ),
     )
     tiers = queries.tier_names_by_sort_order(session)
@@ -138,6 +156,16 @@ def _stop_run(executor: Executor, job_id: int, attempt: int, executor_id: str | 
             executor.cancel(run_id)
     except Exception:
         log.exception("cancel of job %s: could not stop attempt %s", job_id, attempt)
+
+
+@router.get("/{job_id}/attempts", responses=_JOB_ERRORS)
+def job_attempts_route(job_id: JobIdPath, session: SessionDep, user: CurrentUser) -> AttemptsPublic:
+    """Every attempt of the job (placement, times, outcome, exit code, reason, run cost)
+    and every reservation it held, from its events. Open to all, as `squeue` is: no
+    private field is among them."""
+    history = store.job_history(session, job_id)
+    attempts, reservations = job_attempts(history)
+    return AttemptsPublic(job_id=job_id, data=attempts, reservations=reservations)
 
 
 @router.post(
