@@ -36,7 +36,7 @@ def test_show_lists_the_job_its_attempts_and_hides_private_fields(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, _ = cli(served, "alice", "submit", "--gpus", "1", "--name", "t",
-                       "--time-limit", "600", "--", "python", "t.py", capsys=capsys)  # fmt: skip
+                       "--time-limit", "10", "--", "python", "t.py", capsys=capsys)  # fmt: skip
     assert code == 0 and "QUEUED" in out
     start(served, 1)
     served.clock.advance(120)
@@ -68,7 +68,7 @@ def test_jobs_shows_elapsed_and_time_left_and_writes_csv_with_stable_columns(
 ) -> None:
     for name in ("a", "b"):
         assert cli(served, "alice", "submit", "--gpus", "1", "--name", name,
-                   "--time-limit", "3600", "--", "true", capsys=capsys)[0] == 0  # fmt: skip
+                   "--time-limit", "60", "--", "true", capsys=capsys)[0] == 0  # fmt: skip
     start(served, 1)
     served.clock.advance(600)
     code, out, _ = cli(served, "alice", "jobs", "--mine", capsys=capsys)
