@@ -12,16 +12,17 @@ The caller owns the transaction: nothing here commits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import run_cost
 from jpushare.policy.model import ReleaseReason
 from jpushare.policy.oom import escalate
-from jpushare.store.errors import InvalidRequest, InvalidTransition, NotFound
+from jpushare.store.errors import ConcurrentUpdate, InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.jobs import get_job
 from jpushare.store.records import Cancelled, Ended, JobRecord
@@ -32,14 +33,18 @@ from jpushare.store.transitions import (
     accrue_reservation,
     add_events,
     charge_lab,
+    clean_text,
     event_row,
     guarded_update,
     lock_job,
+    lock_jobs,
+    rowcount,
     tier_name,
     tier_tflops,
 )
 
 _ACTIVE = {s.value for s in ACTIVE_STATES}
+_JOBS = cast(Table, Job.__table__)
 
 # What a requeued job forgets about its last attempt (the events keep it).
 _CLEARED_PLACEMENT: dict[str, Any] = {
@@ -85,6 +90,56 @@ def confirm_dispatch(
             ],
         )
     return ok
+
+
+_CONFIRM = (
+    update(_JOBS)
+    .where(
+        _JOBS.c.id == bindparam("b_id"),
+        _JOBS.c.state == JobState.DISPATCHED.value,
+        _JOBS.c.attempts == bindparam("b_attempt"),
+    )
+    .values(executor_id=bindparam("b_executor_id"))
+)
+
+
+def confirm_dispatches(
+    session: Session, accepted: Iterable[tuple[int, int, str]], now: datetime
+) -> set[int]:
+    """`confirm_dispatch` for many (job id, attempt, executor id) at once: the job ids that
+    are DISPATCHED on that attempt with that executor id now (a cycle's starts).
+
+    Three statements whatever their number (lock, one batched guarded UPDATE, the events)
+    instead of three per job: confirming 173 starts one by one was most of such a cycle.
+    """
+    wanted = {job_id: (attempt, executor_id) for job_id, attempt, executor_id in accepted}
+    locked = lock_jobs(session, wanted)
+    confirmed: set[int] = set()
+    params: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for job_id, (attempt, executor_id) in sorted(wanted.items()):
+        job = locked.get(job_id)
+        if job is None or job.state != JobState.DISPATCHED.value or job.attempts != attempt:
+            continue
+        confirmed.add(job_id)
+        if job.executor_id == executor_id:
+            continue
+        executor_id = clean_text(executor_id)
+        params.append({"b_id": job_id, "b_attempt": attempt, "b_executor_id": executor_id})
+        events.append(
+            event_row(
+                job_id,
+                now,
+                EventKind.DISPATCH_CONFIRMED,
+                detail={"executor_id": executor_id, "attempt": attempt},
+            )
+        )
+    if params:
+        matched = rowcount(session.execute(_CONFIRM, params))
+        if matched != len(params):  # impossible under the row locks
+            raise ConcurrentUpdate(f"confirm: {matched} of {len(params)} guarded updates matched")
+    add_events(session, events)
+    return confirmed
 
 
 def mark_running(
