@@ -120,8 +120,7 @@ def dispatcher(url: str, run_s: float, stop: EventType, out: Any) -> None:
     sessions = store.make_sessionmaker(engine)
     with sessions() as s:
         groups = [
-            GpuGroup(p.node, p.tier, p.capacity, 0, NodeState.UP)
-            for p in store.placements(s, {})
+            GpuGroup(p.node, p.tier, p.capacity, 0, NodeState.UP) for p in store.placements(s, {})
         ]
     lease = DispatcherLease(sessions, 60.0)
     assert lease.hold()

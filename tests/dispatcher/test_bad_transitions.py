@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 import jpushare.dispatcher.cycle as cycle_module
 from jpushare import store
+from jpushare.store import run_reports
 from jpushare.store.run_reports import RunEnd
 from jpushare.store.transitions import clean_text
 from tests.dispatcher.conftest import Rig, wait_for, waits_for
@@ -77,7 +78,7 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
             session.execute(text("SELECT * FROM no_such_table"))
         return real_end_job(session, job_id, *args, **kwargs)
 
-    real_end_jobs = cycle_module.end_jobs
+    real_end_jobs = run_reports.end_jobs
 
     def end_jobs(session: Session, ends: Sequence[RunEnd]) -> set[int]:
         # The batch fails too (after writing): it must leave nothing, and the cycle fall

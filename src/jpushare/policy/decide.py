@@ -191,9 +191,7 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 # GPUs beside its reservation, which did not fill by absorbing (b).
                 rkey = (res.node, res.tier)
                 actions.append(
-                    ReleaseReservation(
-                        job.job_id, res.node, res.tier, res.gpus, ReleaseReason.SWAP
-                    )
+                    ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.SWAP)
                 )
                 index.add(rkey, res.gpus)
                 blocking = None

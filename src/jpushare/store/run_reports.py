@@ -182,8 +182,12 @@ def end_jobs(session: Session, ends: Sequence[RunEnd]) -> set[int]:
                 _END_KINDS[e.state],
                 job.state,
                 e.state.value,
-                {"attempt": job.attempts, "run_cost": cost, "exit_code": e.exit_code,
-                 "reason": reason},
+                {
+                    "attempt": job.attempts,
+                    "run_cost": cost,
+                    "exit_code": e.exit_code,
+                    "reason": reason,
+                },
             )
         )
         if due != 0:
