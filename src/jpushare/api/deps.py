@@ -19,7 +19,7 @@ database" (the read-only sessions set `PRAGMA query_only`), in tests too, not un
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
@@ -37,6 +37,7 @@ from jpushare.api.munge_auth import MungeSignIn, body_of_munge_request, munge_us
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
 from jpushare.policy import PlacementOrder
+from jpushare.store.cycle import QueueMemo
 from jpushare.store.records import UserRecord
 from jpushare.store.schema import Role
 
@@ -58,6 +59,7 @@ class ApiContext:
     munge: MungeSignIn | None = None  # None: MUNGE credentials are refused (tokens only)
     only_unix_user: str | None = None  # a service that is not root serves this account only
     placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
+    queue_memo: QueueMemo = field(default_factory=QueueMemo)  # GET /v1/queue's snapshots
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""

@@ -44,7 +44,8 @@ def queue(
     usage, its recorded reservation, what the next cycle would do for it (`next_cycle`, a
     projection) and its "why", the same answer as /v1/jobs/{id}/why gives."""
     now = ctx.clock()
-    view = QueueView.of(store.load_snapshot(session, now, ctx.busy(session)), ctx.placement_order)
+    snapshot = store.load_snapshot(session, now, ctx.busy(session), ctx.queue_memo)
+    view = QueueView.of(snapshot, ctx.placement_order)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
     entries = queue_entries(view, records, queries.tier_names_by_sort_order(session), offset, limit)
