@@ -10,9 +10,17 @@ States (100 nodes x 8 GPUs, 3 tiers, 20 labs, job sizes as in the Philly trace):
 - busy: every GPU busy: no dispatch; the cycle orders the queue and answers "why" for all
   (repeated: the database does not change between repetitions);
 - mixed: a quarter of the GPUs idle: one first cycle that dispatches ~150 jobs and starts a
-  reservation (measured once per repetition on a freshly reset database state).
+  reservation (measured once per repetition on a freshly reset database state);
+- then the next cycle, which sees every run it started running (and dispatches more), and
+  the one after, which sees all of those runs completed: the executor's reports of many
+  starts and ends in one cycle (batched, `store.run_reports`).
 
-Run: `.venv/bin/python bench/bench_dispatcher.py [--jobs N] [--repeat K] [--sqlite]`; the
+Every writing transaction goes through a dispatcher lease (`DispatcherLease`) as `serve`
+runs it, unless `--no-lease`; `--profile FILE` writes cProfile statistics of the measured
+cycles (read them with `python -m pstats FILE`).
+
+Run: `.venv/bin/python bench/bench_dispatcher.py [--jobs N] [--repeat K] [--sqlite]
+[--no-lease] [--profile FILE]`; the
 database is a fresh schema in `JPUSHARE_TEST_POSTGRES_URL` (default
 postgresql+psycopg://postgres@127.0.0.1:5432/test), dropped at the end, or with `--sqlite`
 a temporary SQLite file. Prints milliseconds; asserts nothing.
