@@ -10,9 +10,17 @@ States (100 nodes x 8 GPUs, 3 tiers, 20 labs, job sizes as in the Philly trace):
 - busy: every GPU busy: no dispatch; the cycle orders the queue and answers "why" for all
   (repeated: the database does not change between repetitions);
 - mixed: a quarter of the GPUs idle: one first cycle that dispatches ~150 jobs and starts a
-  reservation (measured once per repetition on a freshly reset database state).
+  reservation (measured once per repetition on a freshly reset database state);
+- then the next cycle, which sees every run it started running (and dispatches more), and
+  the one after, which sees all of those runs completed: the executor's reports of many
+  starts and ends in one cycle (batched, `store.run_reports`).
 
-Run: `.venv/bin/python bench/bench_dispatcher.py [--jobs N] [--repeat K] [--sqlite]`; the
+Every writing transaction goes through a dispatcher lease (`DispatcherLease`) as `serve`
+runs it, unless `--no-lease`; `--profile FILE` writes cProfile statistics of the measured
+cycles (read them with `python -m pstats FILE`).
+
+Run: `.venv/bin/python bench/bench_dispatcher.py [--jobs N] [--repeat K] [--sqlite]
+[--no-lease] [--profile FILE]`; the
 database is a fresh schema in `JPUSHARE_TEST_POSTGRES_URL` (default
 postgresql+psycopg://postgres@127.0.0.1:5432/test), dropped at the end, or with `--sqlite`
 a temporary SQLite file. Prints milliseconds; asserts nothing.
@@ -21,12 +29,13 @@ a temporary SQLite file. Prints milliseconds; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import random
 import statistics
 import tempfile
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench_store import DEFAULT_URL, T0, populate
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, InventoryMemo, run_cycle
+from jpushare.dispatcher.lock import DispatcherLease, Fence, NoLock
 from jpushare.executors.base import GpuGroup, LaunchSpec, RunInfo, RunState
 from jpushare.store.observations import PlacementObservation
 from jpushare.store.schema import Job, JobEvent
@@ -113,6 +123,8 @@ def row(report: CycleReport) -> dict[str, float]:
         "act+confirm": p["act"] * 1000,
         "whole cycle": report.duration_s * 1000,
         "dispatched": len(report.dispatched.started),
+        "started": report.observed.started if report.observed else 0,
+        "ended": report.observed.ended if report.observed else 0,
         "reservations": report.reservations_started,
         "queue": report.queue_length,
     }
@@ -123,7 +135,8 @@ def show(name: str, rows: list[dict[str, float]]) -> None:
     print(
         f"\n{name}: queue {int(first['queue'] + first['dispatched'])}, "
         f"dispatched {int(first['dispatched'])}, reservations started "
-        f"{int(first['reservations'])} per cycle ({len(rows)} cycles)"
+        f"{int(first['reservations'])}, runs seen started {int(first['started'])}, ended "
+        f"{int(first['ended'])} per cycle ({len(rows)} cycles)"
     )
     print(f"  {'step':<24} {'median ms':>10} {'max ms':>8}")
     for key in ("observe", "snapshot+decide+record", "act+confirm", "whole cycle"):
@@ -138,6 +151,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--url", default=None, help="PostgreSQL URL (default: the test database)")
     ap.add_argument("--sqlite", action="store_true", help="a temporary SQLite file instead")
+    ap.add_argument(
+        "--no-lease",
+        action="store_true",
+        help="no dispatcher lease (by default every transaction is fenced, as `serve` runs)",
+    )
+    ap.add_argument("--profile", metavar="FILE", help="cProfile the measured cycles into FILE")
     args = ap.parse_args()
 
     base = args.url or os.environ.get("JPUSHARE_TEST_POSTGRES_URL") or DEFAULT_URL
@@ -166,18 +185,55 @@ def main() -> None:
             clock[0] += timedelta(seconds=5)
             return clock[0]
 
-        busy_deps = CycleDeps(sessions, FakeExecutor(with_used(groups, "busy")), clock=now)
+        fence: Fence = NoLock()
+        if not args.no_lease:
+            lease = DispatcherLease(sessions, 60.0)
+            assert lease.hold()
+            fence = lease
+        profiler = cProfile.Profile() if args.profile else None
+        busy_deps = CycleDeps(
+            sessions, FakeExecutor(with_used(groups, "busy")), clock=now, fence=fence
+        )
         run_cycle(busy_deps)  # warm up (and the first inventory sync)
-        show("busy", [row(run_cycle(busy_deps)) for _ in range(args.repeat)])
+        busy = []
+        for _ in range(args.repeat):
+            if profiler:
+                profiler.enable()
+            busy.append(row(run_cycle(busy_deps)))
+            if profiler:
+                profiler.disable()
+        show("busy", busy)
 
-        mixed = []
+        mixed, starts, ends = [], [], []
         memo = InventoryMemo()  # one process: the inventory is synced once, not each time
         for _ in range(args.repeat):
             reset(sessions)
             fake = FakeExecutor(with_used(groups, "mixed"))
-            deps = CycleDeps(sessions, fake, clock=now, inventory_memo=memo)
+            deps = CycleDeps(sessions, fake, clock=now, inventory_memo=memo, fence=fence)
+            if profiler:
+                profiler.enable()
             mixed.append(row(run_cycle(deps)))
+            if profiler:
+                profiler.disable()
+            # The next two cycles observe those runs: all started, then all ended.
+            at = now().timestamp()
+            for key, run in list(fake.submitted.items()):
+                fake.submitted[key] = replace(run, state=RunState.RUNNING, started_at=at)
+            starts.append(row(run_cycle(deps)))
+            for key, run in list(fake.submitted.items()):
+                fake.submitted[key] = replace(
+                    run, state=RunState.COMPLETED, ended_at=at + 600, exit_code=0
+                )
+            if profiler:
+                profiler.enable()
+            ends.append(row(run_cycle(deps)))
+            if profiler:
+                profiler.disable()
         show("mixed (first cycle after a quarter of the GPUs free up)", mixed)
+        show("the next cycle: every run it started is seen running", starts)
+        show("the cycle after: every one of them has completed", ends)
+        if profiler:
+            profiler.dump_stats(args.profile)
     finally:
         if engine is not None:
             engine.dispose()

@@ -1,16 +1,21 @@
 """One transition the database refuses must not stop the dispatcher (on either database):
-texts from outside are cleaned of control characters at the store boundary, and each
-transition of the observe step is applied in its own savepoint."""
+texts from outside are cleaned of control characters at the store boundary, and the
+observe step's batch of starts and ends, then each transition it could not apply, in its
+own savepoint."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+import jpushare.dispatcher.cycle as cycle_module
 from jpushare import store
+from jpushare.store import run_reports
+from jpushare.store.run_reports import RunEnd
 from jpushare.store.transitions import clean_text
 from tests.dispatcher.conftest import Rig, wait_for, waits_for
 
@@ -73,7 +78,18 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
             session.execute(text("SELECT * FROM no_such_table"))
         return real_end_job(session, job_id, *args, **kwargs)
 
+    real_end_jobs = run_reports.end_jobs
+
+    def end_jobs(session: Session, ends: Sequence[RunEnd]) -> set[int]:
+        # The batch fails too (after writing): it must leave nothing, and the cycle fall
+        # back to ending the runs one by one, where only `bad`'s fails.
+        if any(e.job_id == bad for e in ends):
+            session.execute(text("UPDATE jobs SET reason = 'half' WHERE id = :id"), {"id": bad})
+            session.execute(text("SELECT * FROM no_such_table"))
+        return real_end_jobs(session, ends)
+
     monkeypatch.setattr(store, "end_job", end_job)
+    monkeypatch.setattr(cycle_module, "end_jobs", end_jobs)
     report = rig.cycle()
     assert report.observed is not None
     assert rig.job(good).state == "COMPLETED"
@@ -81,5 +97,6 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
     assert rig.job(bad).reason != "half"
     assert waiting in report.dispatched.started
     monkeypatch.setattr(store, "end_job", real_end_job)
+    monkeypatch.setattr(cycle_module, "end_jobs", real_end_jobs)
     rig.cycle_until(rig.state_is(bad, "COMPLETED"), "the skipped end is recorded next cycle")
     rig.flag("waiting").touch()

@@ -73,7 +73,9 @@ def check_cycle(snap: Snapshot, d: Decisions) -> None:
                 ), f"{a}: the placement is up and fits"
             if a.reason in (ReleaseReason.FILLED, ReleaseReason.SWAP):
                 assert a.job_id in dispatched, f"{a}: released as {a.reason} without a dispatch"
-                assert (dispatched[a.job_id] == key) == (a.reason is ReleaseReason.FILLED), a
+                if a.reason is ReleaseReason.FILLED:  # (b): on its own placement, whole
+                    assert dispatched[a.job_id] == key, a
+                    assert gpus == job.num_gpus, f"{a}: filled below num_gpus"
             assert a.reason is not ReleaseReason.CANCEL, "decide never cancels"
             if key in idle:
                 idle[key] += gpus - used_own.pop(a.job_id, 0)

@@ -4,7 +4,8 @@ Every list is re-sorted and re-scanned for every job: no index, no cache, nothin
 Only the actions and accruals are modelled (the "why" answers are checked separately).
 Conventions it shares with `decide` where the SPEC leaves them open: a swap lists the
 Dispatch before the ReleaseReservation; a filled reservation lists Absorb, Dispatch, then
-Release(filled); a dispatch under (a) onto the job's own reserved placement is "filled";
+Release(filled); a dispatch under (a) is a swap even onto the job's own reserved placement
+(only a reservation that reached num_gpus through (b) is "filled");
 R5 also covers a placement whose reserved GPUs were taken outside JPU-Share (free < held).
 The placement orders are SPEC §1's, spelled out here again on purpose (not imported).
 """
@@ -104,10 +105,7 @@ def reference_decide(
             actions.append(Dispatch(job.job_id, p.node, p.tier, n))
             idle[p.key] -= n
             if res is not None:
-                own = (res.node, res.tier) == p.key
-                actions.append(
-                    _release(job, res, ReleaseReason.FILLED if own else ReleaseReason.SWAP)
-                )
+                actions.append(_release(job, res, ReleaseReason.SWAP))
                 idle[(res.node, res.tier)] += res.gpus
             continue
         if res is not None:  # (b)

@@ -62,9 +62,9 @@ def test_a_reservation_that_is_already_full_dispatches_on_its_placement() -> Non
     assert d.why == {}
 
 
-def test_a_reserving_job_dispatches_under_a_on_its_own_placement_if_enough_is_idle_besides() -> (
-    None
-):
+def test_a_reserving_job_that_takes_idle_gpus_beside_its_reservation_is_a_swap() -> None:
+    # Issue 10: this was released as "filled gpus=1" although nothing was absorbed and the
+    # job took 3 GPUs; SPEC §3: only a reservation that reached num_gpus through (b) fills.
     d = one_cycle(
         (Placement("node-p", "rtx4090", 4),),
         QueuedJob("jobA", "BCG", 3, 20, 0.0, held(1)),
@@ -74,7 +74,7 @@ def test_a_reserving_job_dispatches_under_a_on_its_own_placement_if_enough_is_id
     # 4 free - 1 reserved = 3 idle >= 3: (a) takes 3, the reserved GPU is released to jobB.
     assert d.actions == (
         Dispatch("jobA", "node-p", "rtx4090", 3),
-        ReleaseReservation("jobA", "node-p", "rtx4090", 1, ReleaseReason.FILLED),
+        ReleaseReservation("jobA", "node-p", "rtx4090", 1, ReleaseReason.SWAP),
         Dispatch("jobB", "node-p", "rtx4090", 1),
     )
 

@@ -17,9 +17,11 @@ from jpushare.policy import (
     ReleaseReservation,
     Reservation,
     RunningJob,
+    Snapshot,
     StartReservation,
     decide,
 )
+from jpushare.store.cycle import QueueMemo
 from jpushare.store.schema import Lab
 from tests.store.conftest import ALL_BUSY, TIERS, World, at, dump, run_cycle, submit
 
@@ -230,3 +232,32 @@ def test_a_stale_dispatch_of_a_cancelled_job_is_skipped(world: World) -> None:
         recorded = store.record_decisions(s, decisions, at(7))
     assert recorded.dispatched == () and recorded.skipped == decisions.actions
     assert dump(world.sessions) == before
+
+
+def test_a_queue_memo_gives_the_same_snapshot_and_reuses_only_unchanged_jobs(
+    world: World,
+) -> None:
+    memo = QueueMemo()
+    jobs = {
+        submit(world, world.alice, 1),
+        submit(world, world.bob, 4, seconds=1),
+        submit(world, world.alice, 2, seconds=2),
+    }
+
+    def snapshot(seconds: float) -> Snapshot:
+        with world.sessions() as s:
+            fresh = store.load_snapshot(s, at(seconds), PARTLY_FREE)
+            memoized = store.load_snapshot(s, at(seconds), PARTLY_FREE, memo)
+        assert memoized == fresh
+        return memoized
+
+    first = snapshot(5)
+    decisions, _ = run_cycle(world, 10, PARTLY_FREE)
+    second = snapshot(15)
+    before = {j.job_id: j for j in first.queue}
+    after = {j.job_id: j for j in second.queue}
+    rebuilt = {j for j in after if after[j] is not before[j]}
+    touched = {a.job_id for a in decisions.actions} | {a.job_id for a in decisions.accruals}
+    assert touched and touched != {str(j) for j in jobs}
+    # Every job the cycle changed is gone or built again; every other one is reused.
+    assert rebuilt | (set(before) - set(after)) == touched

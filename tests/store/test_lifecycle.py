@@ -215,6 +215,51 @@ def test_cancelling_a_running_job_charges_its_run_and_names_the_run_to_stop(
     assert _usage(world, "alpha") == pytest.approx(30 * 34.1)
 
 
+def test_a_cancelled_runs_charge_is_provisional_until_its_real_end_settles_it(
+    world: World,
+) -> None:
+    # Issue 10: the cancel's charge (the run up to the cancel) is marked provisional in the
+    # answer and in its events; the executor's report of the real end makes it final.
+    job = submit(world, world.alice, 1)
+    run_cycle(world, 5, ONLY_3080TI_FREE)
+    with world.sessions.begin() as s:
+        store.mark_running(s, job, at(10), "pgid-7", attempt=1)
+        cancelled = store.cancel_job(s, job, at(40), reason="user asked")
+    assert cancelled.provisional
+    with world.sessions.begin() as s:
+        history = store.job_history(s, job)
+    (end,) = [e for e in history if e.kind == "cancelled"]
+    (charge,) = [e for e in history if e.kind == "charged"]
+    assert end.detail is not None and end.detail["provisional"] is True
+    assert charge.detail is not None and charge.detail["provisional"] is True
+    assert charge.detail["tflop_s"] == pytest.approx(30 * 34.1)
+
+    with world.sessions.begin() as s:  # the run really ended 2 s after the cancel
+        assert store.settle_cancelled_run(s, job, 1, at(10), at(42)) == pytest.approx(2 * 34.1)
+        history = store.job_history(s, job)
+    final = [e for e in history if e.kind == "charged"][-1]
+    assert final.detail is not None and final.detail["provisional"] is False
+    assert _usage(world, "alpha") == pytest.approx(32 * 34.1)
+
+
+def test_a_settlement_that_changes_nothing_still_makes_the_charge_final(world: World) -> None:
+    job = submit(world, world.alice, 1)
+    run_cycle(world, 5, ONLY_3080TI_FREE)
+    with world.sessions.begin() as s:
+        store.mark_running(s, job, at(10), "pgid-8", attempt=1)
+        store.cancel_job(s, job, at(40))
+    with world.sessions.begin() as s:  # it really ran from 12 to 42: as long as charged
+        assert store.settle_cancelled_run(s, job, 1, at(12), at(42)) == 0.0
+    with world.sessions.begin() as s:  # settled already: nothing more, no second event
+        assert store.settle_cancelled_run(s, job, 1, at(12), at(42)) == 0.0
+        charges = [e.detail for e in store.job_history(s, job) if e.kind == "charged"]
+    assert [c and (c["provisional"], c["tflop_s"]) for c in charges] == [
+        (True, pytest.approx(30 * 34.1)),
+        (False, 0.0),
+    ]
+    assert _usage(world, "alpha") == pytest.approx(30 * 34.1)
+
+
 def test_end_job_takes_only_end_states(world: World) -> None:
     job = submit(world, world.alice, 1)
     with world.sessions.begin() as s, pytest.raises(store.InvalidRequest):

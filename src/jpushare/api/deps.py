@@ -39,6 +39,7 @@ from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
 from jpushare.policy import PlacementOrder, Snapshot
 from jpushare.sim.estimate import StartEstimates
+from jpushare.store.cycle import QueueMemo
 from jpushare.store.records import UserRecord
 from jpushare.store.schema import Role
 
@@ -62,6 +63,7 @@ class ApiContext:
     placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
     # One start-estimate forecast per cycle, shared by the requests of this process.
     start_estimates: StartEstimateCache = field(default_factory=StartEstimateCache)
+    queue_memo: QueueMemo = field(default_factory=QueueMemo)  # GET /v1/queue's snapshots
 
     def busy(self, session: Session) -> dict[PlacementKey, int]:
         """GPUs research jobs use now per placement (the dispatcher's last observation)."""

@@ -186,10 +186,13 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
             # (a) some fit placement has enough idle GPUs: dispatch on the first (SPEC §1).
             actions.append(Dispatch(job.job_id, key[0], key[1], n))
             index.add(key, -n)
-            if res is not None:  # swap (STEP 8), or its own placement filled first
+            if res is not None:
+                # A swap (STEP 8, SPEC §3 R4), even on its own placement: the job took idle
+                # GPUs beside its reservation, which did not fill by absorbing (b).
                 rkey = (res.node, res.tier)
-                reason = ReleaseReason.FILLED if rkey == key else ReleaseReason.SWAP
-                actions.append(ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, reason))
+                actions.append(
+                    ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.SWAP)
+                )
                 index.add(rkey, res.gpus)
                 blocking = None
             known_misses.clear()

@@ -104,8 +104,8 @@ class Snapshot:
 class ReleaseReason(StrEnum):
     """Why a reservation ended (SPEC §3)."""
 
-    FILLED = "filled"  # the job dispatched on its own reserved placement
-    SWAP = "swap"  # the job dispatched on another placement first (STEP 8)
+    FILLED = "filled"  # the reservation reached num_gpus by absorbing (b) and dispatched
+    SWAP = "swap"  # the job dispatched under (a), elsewhere or beside it (STEP 8)
     R3 = "r3"  # the job is no longer the top job
     R5 = "r5"  # the placement is down, drained, gone, shrunk below the job, or taken
     CANCEL = "cancel"  # the user cancelled the job (the shell emits this, not `decide`)

@@ -85,6 +85,7 @@ from jpushare.store.jobs import (
 from jpushare.store.lifecycle import (
     cancel_job,
     confirm_dispatch,
+    confirm_dispatches,
     end_job,
     fail_dispatch,
     mark_running,
@@ -141,6 +142,7 @@ __all__ = [
     "authenticate",
     "cancel_job",
     "confirm_dispatch",
+    "confirm_dispatches",
     "create_lab",
     "create_user",
     "database_url",

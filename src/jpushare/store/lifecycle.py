@@ -12,16 +12,17 @@ The caller owns the transaction: nothing here commits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import run_cost
 from jpushare.policy.model import ReleaseReason
 from jpushare.policy.oom import escalate
-from jpushare.store.errors import InvalidRequest, InvalidTransition, NotFound
+from jpushare.store.errors import ConcurrentUpdate, InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.jobs import get_job
 from jpushare.store.records import Cancelled, Ended, JobRecord
@@ -32,14 +33,18 @@ from jpushare.store.transitions import (
     accrue_reservation,
     add_events,
     charge_lab,
+    clean_text,
     event_row,
     guarded_update,
     lock_job,
+    lock_jobs,
+    rowcount,
     tier_name,
     tier_tflops,
 )
 
 _ACTIVE = {s.value for s in ACTIVE_STATES}
+_JOBS = cast(Table, Job.__table__)
 
 # What a requeued job forgets about its last attempt (the events keep it).
 _CLEARED_PLACEMENT: dict[str, Any] = {
@@ -85,6 +90,56 @@ def confirm_dispatch(
             ],
         )
     return ok
+
+
+_CONFIRM = (
+    update(_JOBS)
+    .where(
+        _JOBS.c.id == bindparam("b_id"),
+        _JOBS.c.state == JobState.DISPATCHED.value,
+        _JOBS.c.attempts == bindparam("b_attempt"),
+    )
+    .values(executor_id=bindparam("b_executor_id"))
+)
+
+
+def confirm_dispatches(
+    session: Session, accepted: Iterable[tuple[int, int, str]], now: datetime
+) -> set[int]:
+    """`confirm_dispatch` for many (job id, attempt, executor id) at once: the job ids that
+    are DISPATCHED on that attempt with that executor id now (a cycle's starts).
+
+    Three statements whatever their number (lock, one batched guarded UPDATE, the events)
+    instead of three per job: confirming 173 starts one by one was most of such a cycle.
+    """
+    wanted = {job_id: (attempt, executor_id) for job_id, attempt, executor_id in accepted}
+    locked = lock_jobs(session, wanted)
+    confirmed: set[int] = set()
+    params: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for job_id, (attempt, executor_id) in sorted(wanted.items()):
+        job = locked.get(job_id)
+        if job is None or job.state != JobState.DISPATCHED.value or job.attempts != attempt:
+            continue
+        confirmed.add(job_id)
+        if job.executor_id == executor_id:
+            continue
+        executor_id = clean_text(executor_id)
+        params.append({"b_id": job_id, "b_attempt": attempt, "b_executor_id": executor_id})
+        events.append(
+            event_row(
+                job_id,
+                now,
+                EventKind.DISPATCH_CONFIRMED,
+                detail={"executor_id": executor_id, "attempt": attempt},
+            )
+        )
+    if params:
+        matched = rowcount(session.execute(_CONFIRM, params))
+        if matched != len(params):  # impossible under the row locks
+            raise ConcurrentUpdate(f"confirm: {matched} of {len(params)} guarded updates matched")
+    add_events(session, events)
+    return confirmed
 
 
 def mark_running(
@@ -133,6 +188,12 @@ def _attempt_cost(
     )
 
 
+# In the end and charged events of a cancelled run: charged up to the cancel, not yet final.
+_PROVISIONAL: dict[str, Any] = {
+    "provisional": True,
+    "final_when": "the executor reports when the run really ended",
+}
+
 _END_KINDS = {
     JobState.COMPLETED: EventKind.COMPLETED,
     JobState.FAILED: EventKind.FAILED,
@@ -150,6 +211,7 @@ def end_job(
     reason: str | None = None,
     attempt: int | None = None,
     started_at: datetime | None = None,
+    provisional: bool = False,
 ) -> Ended | None:
     """A DISPATCHED or RUNNING job ends COMPLETED, FAILED or CANCELLED, and its lab is
     charged in this transaction: this attempt's run cost plus every reservation cost not
@@ -157,6 +219,8 @@ def end_job(
 
     `started_at` is used when the job was never marked running (it started and ended
     between two polls). None if the job was not active (or not on `attempt`).
+    `provisional`: `ended_at` is not the run's real end (a cancel); the end and charged
+    events say so, and `settle_cancelled_run` makes it final.
     """
     if state not in _END_KINDS:
         raise InvalidRequest(f"end_job takes COMPLETED, FAILED or CANCELLED, not {state}")
@@ -176,7 +240,8 @@ def end_job(
             "exit_code": exit_code,
             "reason": reason,
         },
-        {"exit_code": exit_code, "reason": reason},
+        {"exit_code": exit_code, "reason": reason, **(_PROVISIONAL if provisional else {})},
+        _PROVISIONAL if provisional else None,
     )
 
 
@@ -313,6 +378,7 @@ def _requeue(
     exit_code: int | None,
     values: dict[str, Any],
     detail: dict[str, Any],
+    charge_detail: dict[str, Any] | None = None,
 ) -> Ended | None:
     return _close_attempt(
         session,
@@ -342,6 +408,7 @@ def _close_attempt(
     to_state: JobState,
     values: dict[str, Any],
     detail: dict[str, Any],
+    charge_detail: dict[str, Any] | None = None,
 ) -> Ended | None:
     """End the job's current attempt: add its run cost, move it to `to_state` (ended, or
     back to the queue), record the event and charge the lab, all in this transaction."""
@@ -359,7 +426,7 @@ def _close_attempt(
         return None
     event = {"attempt": job.attempts, "run_cost": cost, **detail}
     add_events(session, [event_row(job.id, ended_at, kind, job.state, to_state.value, event)])
-    charged = charge_lab(session, job.id, ended_at)
+    charged = charge_lab(session, job.id, ended_at, charge_detail)
     requeued = to_state is JobState.GLOBAL_QUEUE_WAIT
     return Ended(get_job(session, job.id), charged, requeued=requeued)
 
@@ -384,10 +451,26 @@ def cancel_job(
         raise InvalidTransition(job_id, job.state, "cancel")
     why = reason or "cancelled"
     if state in ACTIVE_STATES:
-        ended = end_job(session, job_id, JobState.CANCELLED, now, reason=why, attempt=job.attempts)
+        # The run goes on until the dispatcher has stopped it: charged up to now, but
+        # provisionally, until the executor says when it really ended (issue 10).
+        ended = end_job(
+            session,
+            job_id,
+            JobState.CANCELLED,
+            now,
+            reason=why,
+            attempt=job.attempts,
+            provisional=True,
+        )
         assert ended is not None  # the row is locked and active
         return Cancelled(
-            ended.job, job.state, ended.charged_tflop_s, None, job.attempts, job.executor_id
+            ended.job,
+            job.state,
+            ended.charged_tflop_s,
+            None,
+            job.attempts,
+            job.executor_id,
+            provisional=True,
         )
     # Queued: accrue and release the reservation first (S11).
     released: ReleaseReason | None = None
@@ -451,7 +534,8 @@ def settle_cancelled_run(
     before the cancel) and charges the lab only what it was not charged yet. The job keeps
     those times as its `started_at` / `ended_at`, so a second call finds nothing to do:
     idempotent. Returns what was charged (0.0 when nothing changed, or the job is not
-    CANCELLED on `attempt`).
+    CANCELLED on `attempt`). Its `charged` event says `provisional: false`: the cancel's
+    charge, marked provisional, is final now (also when the difference is zero).
     """
     job = lock_job(session, job_id)
     if job is None or job.state != JobState.CANCELLED.value or job.attempts != attempt:
@@ -479,9 +563,18 @@ def settle_cancelled_run(
     )
     if not ok:
         return 0.0
-    return charge_lab(
-        session,
-        job_id,
-        ended_at,
-        {"settled_run": {"attempt": attempt, "run_cost": real, "charged_before": recorded}},
-    )
+    detail = {
+        "settled_run": {"attempt": attempt, "run_cost": real, "charged_before": recorded},
+        "provisional": False,  # the cancel's provisional charge is final now
+    }
+    charged = charge_lab(session, job_id, ended_at, detail)
+    if charged == 0.0:  # nothing to add or take back: say so, the charge is final
+        run_total, reservation_total, bill = session.execute(
+            select(Job.run_cost, Job.reservation_gpu_seconds, Job.charged_tflop_s).where(
+                Job.id == job_id
+            )
+        ).one()
+        totals = {"run_cost": run_total, "reservation_cost": reservation_total, "bill": bill}
+        detail = {"tflop_s": 0.0, **totals, **detail}
+        add_events(session, [event_row(job_id, ended_at, EventKind.CHARGED, detail=detail)])
+    return charged

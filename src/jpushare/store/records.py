@@ -208,3 +208,6 @@ class Cancelled:
     released: ReleaseReason | None  # CANCEL if it held a reservation (S11)
     stop_attempt: int | None  # the attempt the executor may be running (DISPATCHED/RUNNING)
     stop_executor_id: str | None  # its executor id if known (None: find it by job id, attempt)
+    # The charge counts the run up to the cancel: final once the executor reports when the
+    # run really ended (`settle_cancelled_run`), which may add or take back a little.
+    provisional: bool = False

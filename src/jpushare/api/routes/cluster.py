@@ -45,7 +45,7 @@ def queue(
     projection) and its "why", the same answer as /v1/jobs/{id}/why gives, with its estimated
     start (a projection like `squeue --start`, recomputed once per cycle)."""
     now = ctx.clock()
-    snapshot = store.load_snapshot(session, now, ctx.busy(session))
+    snapshot = store.load_snapshot(session, now, ctx.busy(session), ctx.queue_memo)
     view = QueueView.of(snapshot, ctx.placement_order)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
