@@ -13,13 +13,15 @@ can split in two:
 - the node is opened again; the 2-GPU job reserves again and is cancelled while it holds
   the reservation (**reserving cancel**); the OOM job then completes on the strong tier;
   the blocker is cancelled while it runs (**running cancel**);
-- a burst of short 1- and 2-GPU jobs of both labs (random sizes and lengths; every 1-GPU
-  job OOMs on the weak tier), one of them cancelled at a random moment.
+- bursts of short 1- and 2-GPU jobs of both labs (random sizes and lengths; every job
+  OOMs on the weak tier), a quarter of each cancelled at random moments, one burst after
+  another for as long as the chaos goes on.
 
 Then, with one service left running to settle what is left, the checks:
 
 - every job ends in exactly one terminal state, with exactly one terminal event, and the
-  one the workload implies (the scripted cancels CANCELLED, everything else COMPLETED:
+  one the workload implies; each attempt was dispatched once, every one but the last
+  ended in an OOM requeue (the scripted cancels CANCELLED, everything else COMPLETED:
   nothing FAILED, nothing lost);
 - no run twice, from the executor's own records (the local executor's run records, or
   Slurm's `squeue -t all`) and from the jobs' own marks: each (job, attempt) is at most
@@ -68,6 +70,7 @@ OOM_LINE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
     "total capacity of 11.76 GiB of which 1.02 GiB is free."
 )
+MAX_BURSTS = 20
 WAIT_S = 90.0  # one step of the workload, kills and restarts included (loaded 2-core CI)
 
 
@@ -110,7 +113,7 @@ class Site:
     start: Callable[[str, dict[str, str]], Service]  # a `serve` process, extra env
     runs: Callable[[], list[ExecutorRun]]  # the executor's own records, every run
     duplicate_runs: Callable[[], list[str]]  # names of runs the executor holds twice
-    blocker_s: float = 60.0  # how long the blocker runs unless cancelled
+    blocker_s: float = 300.0  # how long the blocker runs unless cancelled (it is)
 
 
 class Chaos(threading.Thread):
@@ -202,9 +205,10 @@ class Campaign:
         self.burst = burst
         self.marks = site.work / "marks"
         self.expected: dict[int, str] = {}  # job -> the terminal state the workload implies
-        self.cancelled_in: dict[str, int] = {}  # cancel -> its job
+        self.cancelled_in: dict[str, int | str] = {}  # cancel -> its job, or what it found
         self.began = time.monotonic()
         self.wide = 0  # the 2-GPU job that reserves and is cancelled so
+        self.bursts = 0
         self.ooms = 0
 
     # --- the store, as users and admins reach it ---------------------------------------
@@ -228,7 +232,7 @@ class Campaign:
 
     def jobs(self) -> list[store.JobRecord]:
         with self.site.sessions() as s:
-            return store.list_jobs(s)
+            return store.list_jobs(s, store.JobFilter(limit=10_000))
 
     def events(self, job_id: int) -> list[store.JobEventRecord]:
         with self.site.sessions() as s:
@@ -295,8 +299,12 @@ class Campaign:
         self.chaos.start()
         try:
             self.scripted()
-            self.burst_phase()
-            self.wait(lambda: self.all_ended(), "every job ends")
+            # Bursts for as long as the chaos goes on (at least one).
+            while True:
+                self.burst_phase()
+                self.wait(lambda: self.all_ended(), "every job ends")
+                if not self.chaos.is_alive() or self.bursts >= MAX_BURSTS:
+                    break
             self.wait(lambda: not self.chaos.is_alive(), "the chaos has done its kills")
             final = self.chaos.final
             assert final is not None, self.chaos.error
@@ -357,7 +365,8 @@ class Campaign:
         self.cancelled_in[what] = job_id
 
     def burst_phase(self) -> None:
-        """Short jobs of both labs at once, and one cancelled at a random moment."""
+        """Short jobs of both labs at once; a quarter of them cancelled at random moments."""
+        self.bursts += 1
         jobs = []
         for _ in range(self.burst):
             user = self.rng.choice(("alice", "bob"))
@@ -365,13 +374,13 @@ class Campaign:
             jobs.append(self.submit(user, gpus, self.short(self.rng.uniform(0.2, 1.0))))
         for j in jobs:
             self.expected[j] = "COMPLETED"
-        victim = self.rng.choice(jobs)
         pause = threading.Event()
-        pause.wait(self.rng.uniform(0.0, 3.0))  # a random moment: the point of the campaign
-        with contextlib.suppress(store.InvalidTransition):  # it may have ended already
-            done = self.cancel(victim)
-            self.expected[victim] = "CANCELLED"
-            self.cancelled_in[f"burst, {done.previous_state}"] = victim
+        for victim in self.rng.sample(jobs, max(1, self.burst // 4)):
+            pause.wait(self.rng.uniform(0.0, 2.0))  # a random moment: the point of the campaign
+            with contextlib.suppress(store.InvalidTransition):  # it may have ended already
+                done = self.cancel(victim)
+                self.expected[victim] = "CANCELLED"
+                self.cancelled_in[f"burst {victim}"] = done.previous_state
 
     def _sort_order(self, tier: str) -> int:
         with self.site.sessions() as s:
@@ -406,10 +415,16 @@ class Campaign:
         jobs = {j.id: j for j in self.jobs()}
         assert set(jobs) == set(self.expected), "every job submitted is accounted for"
 
-        # Exactly one terminal state and event each; the one the workload implies.
+        # Exactly one terminal state and event each; the one the workload implies. Each
+        # attempt was dispatched once, and every attempt but the last ended in a requeue.
         for job in jobs.values():
-            ends = [e.kind for e in self.events(job.id) if e.kind in TERMINAL_EVENTS]
+            events = self.events(job.id)
+            ends = [e.kind for e in events if e.kind in TERMINAL_EVENTS]
             assert ends == [job.state.lower()], (job.id, job.state, ends)
+            dispatched = [(e.detail or {}).get("attempt") for e in events if e.kind == "dispatched"]
+            assert dispatched == list(range(1, job.attempts + 1)), (job.id, dispatched)
+            requeues = [e for e in events if e.kind == "oom_requeued"]
+            assert len(requeues) == max(0, job.attempts - 1), (job.id, [e.kind for e in events])
         states = {j: jobs[j].state for j in jobs}
         assert states == self.expected, f"{states} != {self.expected}"
         assert set(self.cancelled_in) >= {"queued", "reserving", "running"}
@@ -458,7 +473,7 @@ class Campaign:
         jobs = self.jobs()
         return (
             f"seed {self.seed}: {chaos.kills} kills ({points} at crash points), "
-            f"{len(chaos.services)} serve processes, {len(jobs)} jobs, "
+            f"{len(chaos.services)} serve processes, {len(jobs)} jobs in {self.bursts} bursts, "
             f"{len(self.site.runs())} runs, {self.ooms} OOM runs, cancels in "
             f"{dict(sorted(self.cancelled_in.items()))}, "
             f"{time.monotonic() - self.began:.1f} s\n  " + "\n  ".join(chaos.events)

@@ -5,8 +5,12 @@ job, every lab charged exactly what its jobs cost."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 from tests.dispatcher.crash_campaign import (
     Campaign,
@@ -21,11 +25,23 @@ KILLS = 5  # per database; each costs a restart and a lease takeover (~2-3 s her
 BURST = 8
 
 
+def records(state: Path) -> list[dict[str, Any]]:
+    """The local executor's run records (`<job>.<attempt>.json`), read raw."""
+    return [json.loads(p.read_text()) for p in sorted((state / "executor" / "runs").glob("*.json"))]
+
+
+def kill_unended(state: Path) -> None:
+    """Nothing outlives a failed test: SIGKILL the process group of every unended run."""
+    for data in records(state):
+        if data["state"] is None and data["pgid"] is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(data["pgid"], signal.SIGKILL)
+
+
 def local_runs(state: Path) -> list[ExecutorRun]:
-    """Every run record the local executor wrote (`<job>.<attempt>.json`), read raw."""
+    """Every run the local executor recorded, as it recorded it."""
     out = []
-    for path in sorted((state / "executor" / "runs").glob("*.json")):
-        data = json.loads(path.read_text())
+    for data in records(state):
         out.append(
             ExecutorRun(
                 job_id=int(data["job_id"]),
@@ -62,4 +78,7 @@ def test_serve_killed_at_random_loses_doubles_and_mischarges_nothing(world: Worl
     campaign = Campaign(
         site, campaign_seed(), kills=campaign_kills(KILLS), burst=BURST, max_life_s=2.0
     )
-    print(campaign.run())
+    try:
+        print(campaign.run())
+    finally:
+        kill_unended(world.state)
