@@ -118,7 +118,8 @@ class Site:
 
 class Chaos(threading.Thread):
     """Starts `serve`, waits until it leads, kills it (SIGKILL, or its own crash point
-    fires first), starts the next, `planned` times; then starts one that stays."""
+    fires first; now and then a SIGTERM instead, which must stop it cleanly), starts the
+    next, `planned` times; then starts one that stays."""
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class Chaos(threading.Thread):
         planned: int,
         max_life_s: float,
         crash_point_share: float = 0.4,
+        clean_stop_share: float = 0.15,
     ) -> None:
         super().__init__(name="chaos", daemon=True)
         self.start_service = start_service
@@ -134,6 +136,8 @@ class Chaos(threading.Thread):
         self.planned = planned
         self.max_life_s = max_life_s
         self.crash_point_share = crash_point_share
+        self.clean_stop_share = clean_stop_share
+        self.stops = 0  # clean stops (SIGTERM), besides the kills
         self.events: list[str] = []
         self.services: list[Service] = []
         self.final: Service | None = None
@@ -155,10 +159,12 @@ class Chaos(threading.Thread):
 
     def run(self) -> None:
         try:
-            for n in range(self.planned):
+            n = 0
+            while self.kills < self.planned:  # clean stops come on top of the kills
                 if self._halt.is_set():
                     return
                 self._one(n)
+                n += 1
                 if self.error is not None:
                     return
             self.final = self.start_service("serve-final", {})
@@ -179,7 +185,13 @@ class Chaos(threading.Thread):
         if led and service.proc.poll() is None:
             self._wait(lambda: service.proc.poll() is not None, life)
         code = service.proc.poll()
-        if code is None:
+        if code is None and self.rng.random() < self.clean_stop_share:
+            code = service.stop()  # SIGTERM: it must stop, cleanly, whatever it was doing
+            self.stops += 1
+            self.events.append(f"{service.name}: SIGTERM after {time.monotonic() - began:.1f} s")
+            if code != 0:
+                self.error = f"{service.name} stopped with {code}:\n{service.log()[-3000:]}"
+        elif code is None:
             service.kill()
             self.kills += 1
             self.events.append(
@@ -473,6 +485,7 @@ class Campaign:
         jobs = self.jobs()
         return (
             f"seed {self.seed}: {chaos.kills} kills ({points} at crash points), "
+            f"{chaos.stops} clean stops, "
             f"{len(chaos.services)} serve processes, {len(jobs)} jobs in {self.bursts} bursts, "
             f"{len(self.site.runs())} runs, {self.ooms} OOM runs, cancels in "
             f"{dict(sorted(self.cancelled_in.items()))}, "

@@ -21,7 +21,7 @@ from tests.dispatcher.crash_campaign import (
 )
 from tests.dispatcher.processes import Service, World
 
-KILLS = 5  # per database; each costs a restart and a lease takeover (~2-3 s here)
+KILLS = 4  # per database; each costs a restart and a lease takeover (~2-3 s here)
 BURST = 8
 
 
