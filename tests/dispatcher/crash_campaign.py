@@ -2,8 +2,9 @@
 
 A scripted workload runs while `Chaos` SIGKILLs the `serve` process again and again, at
 random moments of its leadership or at a random crash point of its cycle
-(`JPUSHARE_CRASH_AT`), and starts it again each time. The workload exercises what a crash
-can split in two:
+(`JPUSHARE_CRASH_AT`), and starts it again each time (now and then it sends SIGTERM
+instead, which must stop it cleanly). The workload exercises what a crash can split in
+two:
 
 - a blocker runs on the strong node; a 2-GPU job reserves the strong node's other GPU;
 - the strong node is drained with `jpushare admin node drain` (R5 releases the
@@ -19,10 +20,10 @@ can split in two:
 
 Then, with one service left running to settle what is left, the checks:
 
-- every job ends in exactly one terminal state, with exactly one terminal event, and the
-  one the workload implies; each attempt was dispatched once, every one but the last
-  ended in an OOM requeue (the scripted cancels CANCELLED, everything else COMPLETED:
-  nothing FAILED, nothing lost);
+- every job ends in exactly one terminal state, with exactly one terminal event, and it
+  is the one the workload implies (the cancelled jobs CANCELLED, every other COMPLETED:
+  nothing FAILED, nothing lost); each attempt was dispatched once, and every attempt but
+  the last ended in an OOM requeue;
 - no run twice, from the executor's own records (the local executor's run records, or
   Slurm's `squeue -t all`) and from the jobs' own marks: each (job, attempt) is at most
   one run and ran its command at most once; no record for an attempt the database never
@@ -185,7 +186,8 @@ class Chaos(threading.Thread):
         if led and service.proc.poll() is None:
             self._wait(lambda: service.proc.poll() is not None, life)
         code = service.proc.poll()
-        if code is None and self.rng.random() < self.clean_stop_share:
+        # (Not one armed with a crash point: it could kill itself while it stops.)
+        if code is None and not point and self.rng.random() < self.clean_stop_share:
             code = service.stop()  # SIGTERM: it must stop, cleanly, whatever it was doing
             self.stops += 1
             self.events.append(f"{service.name}: SIGTERM after {time.monotonic() - began:.1f} s")
