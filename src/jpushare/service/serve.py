@@ -189,6 +189,11 @@ def public_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
+# How long the main thread sleeps at a time without the API: the longest a stop signal
+# that another thread received waits for its handler (see `run_service`).
+SIGNAL_POLL_S = 0.5
+
+
 def run_service(settings: Settings, options: ServeOptions) -> int:
     """Run until SIGINT / SIGTERM; the exit code."""
     # Everything the service writes is its own: jobs must not read the state directory, the
@@ -306,7 +311,10 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         else:
             if banner:
                 print(banner, flush=True)
-            while not stop.wait(3600):
+            # Short waits, not one long one: the kernel may hand SIGTERM / SIGINT to the
+            # dispatcher thread, and Python runs the handler only once this (main) thread
+            # wakes up; a wait of an hour ignored `systemctl stop` for an hour.
+            while not stop.wait(SIGNAL_POLL_S):
                 pass
     finally:
         stop.set()
