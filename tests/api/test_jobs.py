@@ -114,6 +114,7 @@ def test_cancel_during_a_reservation_releases_it_and_charges_the_lab(api: ApiWor
     cancelled = r.json()
     assert cancelled["reservation"] is None
     assert cancelled["charged_tflop_s"] == pytest.approx(2 * 100 * 104.8)
+    assert cancelled["charge_provisional"] is False  # a reservation's cost is known exactly
     labs = {lab["name"]: lab for lab in api.get("/v1/labs").json()["data"]}
     assert labs["beta"]["usage_tflop_s"] == pytest.approx(2 * 100 * 104.8)
     assert labs["alpha"]["usage_tflop_s"] == 0.0
@@ -131,3 +132,5 @@ def test_cancelling_a_running_job_charges_its_run(api: ApiWorld) -> None:
     assert r.status_code == 200
     assert r.json()["state"] == "CANCELLED"
     assert r.json()["run_cost_tflop_s"] == pytest.approx(2 * 60 * 104.8)
+    # Charged up to the cancel; the run's real end (from the executor) settles it later.
+    assert r.json()["charge_provisional"] is True

@@ -24,7 +24,8 @@ OTHER_PUBLIC_FIELDS = {
     "run_cost_tflop_s", "reservation_cost_tflop_s", "charged_tflop_s", "reservation",
     "hidden", "lab_usage_tflop_s", "code", "sentence", "queue_length", "top_job_id",
     "fit_placements", "schedulable_fit_placements", "best_idle", "blocking", "dispatch",
-    "placements", "notes", "next_cycle", "estimate_basis", "estimate_sentence",
+    "placements", "notes", "next_cycle", "charge_provisional", "estimate_basis",
+    "estimate_sentence",
 }  # fmt: skip
 
 # (viewer, sees alice's command): alice's own, her lab's pi, an admin; not another

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,3 +217,25 @@ def test_without_a_token_the_cli_signs_in_with_munge(
     code = main(["submit", "--url", served.url, "--token", served.tokens["bob"], "--json",
                  "--gpus", "1", "--", "true"])  # fmt: skip
     assert code == 0 and json.loads(capsys.readouterr().out)["user"] == "bob"
+
+
+def test_cancelling_a_running_job_says_its_charge_is_provisional(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A running job is charged up to the cancel; the run's real end settles it later."""
+    served.busy.clear()  # every GPU idle: the job dispatches at the next cycle
+    code, out, _ = cli(served, "alice", "submit", "--gpus", "1", "--", "sleep 60", capsys=capsys)
+    assert code == 0
+    job = int(re.search(r"job (\d+)", out).group(1))  # type: ignore[union-attr]
+    served.cycle()
+    with served.sessions.begin() as s:
+        assert store.mark_running(s, job, served.clock(), f"{job}.1")
+    served.clock.advance(30)
+    code, out, _ = cli(served, "alice", "cancel", str(job), capsys=capsys)
+    assert code == 0 and out.startswith(f"cancelled job {job} ")
+    assert "so far (provisional: corrected when the run's real end is known)" in out
+    # A job cancelled in the queue held nothing that could still change.
+    code, out, _ = cli(served, "alice", "submit", "--gpus", "1", "--", "true", capsys=capsys)
+    queued = int(re.search(r"job (\d+)", out).group(1))  # type: ignore[union-attr]
+    code, out, _ = cli(served, "alice", "cancel", str(queued), capsys=capsys)
+    assert code == 0 and "provisional" not in out

@@ -216,6 +216,11 @@ class JobPublic(BaseModel):
     run_cost_tflop_s: float
     reservation_cost_tflop_s: float
     charged_tflop_s: float = Field(description="how much of its bill has reached its lab")
+    charge_provisional: bool = Field(
+        default=False,
+        description="in a cancel's answer: the run was charged up to the cancel, and the "
+        "charge is corrected once the executor reports when the run really ended",
+    )
     reservation: ReservationPublic | None
     workdir: str | None = None
     output_path: str | None = None

@@ -243,7 +243,12 @@ def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
         for job in cancelled:
             print(
                 f"cancelled job {job['id']} ({job['name']}); its lab {job['lab']} was charged "
-                f"{amount(job['charged_tflop_s'])} TFLOP-s for it in all",
+                f"{amount(job['charged_tflop_s'])} TFLOP-s for it in all"
+                + (
+                    " so far (provisional: corrected when the run's real end is known)"
+                    if job.get("charge_provisional")
+                    else ""
+                ),
                 file=out,
             )
     for r in refused:  # as `cancel JOB` reports a refusal: the API's code and sentence

@@ -193,7 +193,8 @@ def cancel_job(
         background.add_task(
             _stop_run, ctx.executor, job_id, done.stop_attempt, done.stop_executor_id
         )
-    return job_public(done.job, queries.tier_names_by_sort_order(session))
+    public = job_public(done.job, queries.tier_names_by_sort_order(session))
+    return public.model_copy(update={"charge_provisional": done.provisional})
 
 
 @router.get("/{job_id}/why", responses=_JOB_ERRORS)
