@@ -337,7 +337,22 @@ class PlannedActionPublic(BaseModel):
     reason: str | None = Field(default=None, description="release: filled, swap, r3 or r5")
 
 
-class WhyPublic(BaseModel):
+class StartEstimate(BaseModel):
+    """The start estimate fields that "why" and the queue share (one definition)."""
+
+    estimated_start: datetime | None = Field(
+        default=None,
+        description="a projection (like squeue --start): when the policy, run forward from "
+        "now, would start it; null when beyond the forecast or none could be made",
+    )
+    estimate_basis: str | None = Field(
+        default=None,
+        description="what its own run time was taken from in that forecast: time_limit, "
+        "user_history or lab_history (the median completed run of its GPU count), default",
+    )
+
+
+class WhyPublic(StartEstimate):
     """The answer to "why isn't my job running?" (SPEC §8), with the numbers behind it.
 
     For a queued job, what is recorded is stated as fact: `rank` (1 for the top job), its
@@ -373,19 +388,9 @@ class WhyPublic(BaseModel):
         description="the start estimate in words, a projection with what it assumes "
         '("Estimated to start around …, assuming …"); null without an estimate',
     )
-    estimated_start: datetime | None = Field(
-        default=None,
-        description="a projection (like squeue --start): when the policy, run forward from "
-        "now, would start it; null when beyond the forecast or none could be made",
-    )
-    estimate_basis: str | None = Field(
-        default=None,
-        description="what its own run time was taken from in that forecast: time_limit, "
-        "user_history or lab_history (the median completed run of its GPU count), default",
-    )
 
 
-class QueueEntryPublic(BaseModel):
+class QueueEntryPublic(StartEstimate):
     rank: int
     job_id: int
     name: str
@@ -399,16 +404,6 @@ class QueueEntryPublic(BaseModel):
     next_cycle: list[PlannedActionPublic] = Field(description="a projection, as in why")
     code: str
     sentence: str
-    estimated_start: datetime | None = Field(
-        default=None,
-        description="a projection (like squeue --start): when the policy, run forward from "
-        "now, would start it; null when beyond the forecast or none could be made",
-    )
-    estimate_basis: str | None = Field(
-        default=None,
-        description="what its own run time was taken from in that forecast: time_limit, "
-        "user_history or lab_history (the median completed run of its GPU count), default",
-    )
 
 
 class QueuePublic(BaseModel):
