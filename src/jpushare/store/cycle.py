@@ -509,33 +509,7 @@ def _dispatched(
     runs = launch_details(session, ids)
     out = []
     for job_id, d, attempt in dispatched:
-        r = runs[job_id]
-        out.append(
-            DispatchedJob(
-                job_id=job_id,
-                attempt=attempt,
-                name=r.name,
-                command=r.command,
-                user_name=r.user_name,
-                node=d.node,
-                tier=d.tier,
-                partition=partitions.get(d.tier),
-                num_gpus=d.num_gpus,
-                time_limit_s=r.time_limit_s,
-                unix_user=r.unix_user,
-                workdir=r.workdir,
-                environment=r.environment,
-                output_path=r.output_path,
-                error_path=r.error_path,
-                cpus_per_gpu=_or_default(r.cpus_per_gpu, tier_defaults, d.tier, 0),
-                mem_per_gpu_mb=_or_default(r.mem_per_gpu_mb, tier_defaults, d.tier, 1),
-            )
-        )
+        placement = (d.node, d.tier, partitions.get(d.tier), d.num_gpus)
+        defaults = tier_defaults.get(d.tier, (None, None))
+        out.append(runs[job_id].dispatched(job_id, attempt, placement, defaults))
     return out
-
-
-def _or_default(
-    own: int | None, defaults: Mapping[str, tuple[int | None, int | None]], tier: str, i: int
-) -> int | None:
-    """The job's own CPUs/memory per GPU, else its tier's default."""
-    return own if own is not None else defaults.get(tier, (None, None))[i]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from jpushare.store.records import DispatchedJob
 from jpushare.store.schema import Job, User
 
 
@@ -25,6 +26,37 @@ class LaunchDetails:
     error_path: str | None
     cpus_per_gpu: int | None  # the job's own request (None: its tier's default)
     mem_per_gpu_mb: int | None
+
+    def dispatched(
+        self,
+        job_id: int,
+        attempt: int,
+        placement: tuple[str, str, str | None, int],
+        tier_defaults: tuple[int | None, int | None],
+    ) -> DispatchedJob:
+        """The launch of attempt `attempt` on `placement` (node, tier, partition, GPUs),
+        with the tier's CPU/memory defaults where the job asked for none."""
+        node, tier, partition, num_gpus = placement
+        tier_cpus, tier_mem = tier_defaults
+        return DispatchedJob(
+            job_id=job_id,
+            attempt=attempt,
+            name=self.name,
+            command=self.command,
+            user_name=self.user_name,
+            node=node,
+            tier=tier,
+            partition=partition,
+            num_gpus=num_gpus,
+            time_limit_s=self.time_limit_s,
+            unix_user=self.unix_user,
+            workdir=self.workdir,
+            environment=self.environment,
+            output_path=self.output_path,
+            error_path=self.error_path,
+            cpus_per_gpu=self.cpus_per_gpu if self.cpus_per_gpu is not None else tier_cpus,
+            mem_per_gpu_mb=self.mem_per_gpu_mb if self.mem_per_gpu_mb is not None else tier_mem,
+        )
 
 
 def launch_details(session: Session, job_ids: Iterable[int]) -> dict[int, LaunchDetails]:

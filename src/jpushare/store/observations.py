@@ -176,26 +176,9 @@ def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[Dispat
         for jid, attempt, node, tier, partition, n, tier_cpus, tier_mem in rows:
             if node is None:
                 continue
-            r = runs[jid]
             out.append(
-                DispatchedJob(
-                    job_id=jid,
-                    attempt=attempt,
-                    name=r.name,
-                    command=r.command,
-                    user_name=r.user_name,
-                    node=node,
-                    tier=tier,
-                    partition=partition,
-                    num_gpus=n,
-                    time_limit_s=r.time_limit_s,
-                    unix_user=r.unix_user,
-                    workdir=r.workdir,
-                    environment=r.environment,
-                    output_path=r.output_path,
-                    error_path=r.error_path,
-                    cpus_per_gpu=r.cpus_per_gpu if r.cpus_per_gpu is not None else tier_cpus,
-                    mem_per_gpu_mb=r.mem_per_gpu_mb if r.mem_per_gpu_mb is not None else tier_mem,
+                runs[jid].dispatched(
+                    jid, attempt, (node, tier, partition, n), (tier_cpus, tier_mem)
                 )
             )
     return out
