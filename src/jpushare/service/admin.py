@@ -23,7 +23,7 @@ from jpushare import store
 from jpushare.client.formatting import ago, amount, table, yes_no
 from jpushare.config import ConfigError, load_settings
 from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
-from jpushare.service.database_errors import URL_ERRORS, database_problem
+from jpushare.service.database_errors import URL_ERRORS, report_database_problem
 from jpushare.store.lab_events import lab_events, set_lab_usage_recorded
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
@@ -328,11 +328,7 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             print(f"jpushare admin: {exc}", file=sys.stderr)
             return 2
         except URL_ERRORS as exc:
-            problem = database_problem(exc)
-            if problem is None:
-                raise
-            print(f"jpushare admin: {problem}", file=sys.stderr)
-            return 2
+            return report_database_problem(exc, "jpushare admin")
 
     return run
 

@@ -13,7 +13,7 @@ import sys
 from jpushare import store
 from jpushare.config import ConfigError, load_settings
 from jpushare.service.admin import register_admin, transaction
-from jpushare.service.database_errors import URL_ERRORS, database_problem
+from jpushare.service.database_errors import URL_ERRORS, report_database_problem
 from jpushare.sim.errors import ClusterFileError
 
 LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
@@ -81,11 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"jpushare serve: {exc}", file=sys.stderr)
         return 2
     except URL_ERRORS as exc:
-        problem = database_problem(exc)
-        if problem is None:
-            raise
-        print(f"jpushare serve: {problem}", file=sys.stderr)
-        return 2
+        return report_database_problem(exc, "jpushare serve")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -100,11 +96,7 @@ def _init(args: argparse.Namespace) -> int:
         print(f"jpushare init: {exc}", file=sys.stderr)
         return 2
     except URL_ERRORS as exc:
-        problem = database_problem(exc)
-        if problem is None:
-            raise
-        print(f"jpushare init: {problem}", file=sys.stderr)
-        return 2
+        return report_database_problem(exc, "jpushare init")
     print(f"tiers: {', '.join(done.tiers)}")
     print(
         f"nodes: {', '.join(done.nodes)} "

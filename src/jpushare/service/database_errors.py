@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -71,6 +72,16 @@ def _reason(exc: BaseException) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def report_database_problem(exc: BaseException, command: str) -> int:
+    """For a command's `except URL_ERRORS`: print the one line and return exit code 2, or
+    re-raise `exc` when it is not about the database URL (a real bug keeps its traceback)."""
+    problem = database_problem(exc)
+    if problem is None:
+        raise exc
+    print(f"{command}: {problem}", file=sys.stderr)
+    return 2
 
 
 def database_problem(exc: BaseException) -> str | None:
