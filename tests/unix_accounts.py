@@ -25,19 +25,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-import pytest
+from tests.missing import missing
 
 PREFIX = "jpst"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
 def _skip_or_fail(problem: str) -> None:
-    if _in_ci():
-        pytest.fail(f"{problem} (CI=true: scripts/ensure-services.sh starts munged)")
-    pytest.skip(problem)
+    missing(problem, "CI=true: scripts/ensure-services.sh starts munged")
 
 
 def require_root(why: str) -> None:

@@ -9,7 +9,6 @@ checkout first, since verify checks that ExecStart exists.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.missing import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "jpushare-alerts.yml"
@@ -28,8 +29,8 @@ ENV_EXAMPLE = ROOT / "deploy" / "systemd" / "jpushare.env.example"
 def tool(name: str, needed_in_ci: bool) -> str:
     path = shutil.which(name)
     if path is None:
-        if needed_in_ci and os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{name} is missing (CI=true: scripts/ensure-services.sh installs it)")
+        if needed_in_ci:
+            missing(f"{name} is missing", "CI=true: scripts/ensure-services.sh installs it")
         pytest.skip(f"{name} is not installed")
     return path
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import httpx
 import pytest
@@ -34,6 +34,7 @@ from jpushare.store.engine import make_engine, make_sessionmaker, sqlite_url
 from jpushare.store.migrate import upgrade
 from tests.api.conftest import ApiWorld, Clock, make_world
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
+from tests.missing import missing
 from tests.web.scenario import Scenario, build_scenario, observed
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -132,10 +133,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     bind.dispose()
 
 
-def _missing_browser(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: the browser tests must run; `make services` installs it)")
-    pytest.skip(reason)
+def _missing_browser(reason: str) -> NoReturn:
+    missing(reason, "CI=true: the browser tests must run; `make services` installs it")
 
 
 @pytest.fixture(scope="module")
