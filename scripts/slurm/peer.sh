@@ -33,7 +33,7 @@ PEER_NODE_PORT_BASE=17100
 PEER_DBD_PORT=6829
 PEER_DB=slurm_peer_acct
 PEER_DB_USER=slurmpeer
-PEER_MYSQL=(mysql -uroot -h127.0.0.1 -P3306)
+PEER_MYSQL=(mysql -uroot -h127.0.0.1 -P3306)   # peer_mariadb may switch to the socket
 # TFLOPS of examples/cluster.yaml's tiers (the fake GPUs): Slurm bills GPU-seconds by them.
 PEER_BILLING='CPU=0,Mem=0,GRES/gpu:rtx3080ti=34.1,GRES/gpu:rtx4090=82.6,GRES/gpu:rtx5090=104.8'
 
@@ -103,9 +103,26 @@ EOF
   chmod 0600 "$ETC/slurmdbd.conf"
 }
 
-peer_database() {  # the database and its user (root on 127.0.0.1 has no password here)
-  "${PEER_MYSQL[@]}" -e 'select 1' >/dev/null 2>&1 \
-    || { log "MariaDB does not answer on 127.0.0.1:3306 as root"; return 1; }
+peer_mariadb() {  # MariaDB answering as root: the running one, else start (install) it
+  local how
+  for how in tcp socket; do
+    [ "$how" = socket ] && PEER_MYSQL=(mysql -uroot)   # Debian's root: unix_socket auth
+    "${PEER_MYSQL[@]}" -e 'select 1' >/dev/null 2>&1 && return 0
+  done
+  if ! command -v mariadbd >/dev/null && ! command -v mysqld >/dev/null; then
+    [ "$INSTALL" = no ] && { log "no MariaDB and FAKE_SLURM_INSTALL=no"; return 1; }
+    log "installing mariadb-server"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      mariadb-server mariadb-client >/dev/null || { log "apt-get install mariadb-server failed"; return 1; }
+  fi
+  log "starting MariaDB"
+  service mariadb start >/dev/null 2>&1 || /etc/init.d/mariadb start >/dev/null 2>&1 || true
+  wait_for "$TIMEOUT" "${PEER_MYSQL[@]}" -e 'select 1' \
+    || { log "MariaDB does not answer as root (tried 127.0.0.1:3306 and the socket)"; return 1; }
+}
+
+peer_database() {  # the database and its user, made by MariaDB's root
+  peer_mariadb || return 1
   if [ "$CLEAN" = 1 ]; then
     log "FAKE_SLURM_CLEAN=1: dropping database $PEER_DB"
     "${PEER_MYSQL[@]}" -e "DROP DATABASE IF EXISTS $PEER_DB" || return 1
@@ -139,6 +156,7 @@ peer_stop_dbd() {  # for stop-fake-cluster.sh, after slurmctld
 }
 
 peer_purge() {  # for stop-fake-cluster.sh --purge: the database and its user too
+  "${PEER_MYSQL[@]}" -e 'select 1' >/dev/null 2>&1 || PEER_MYSQL=(mysql -uroot)
   "${PEER_MYSQL[@]}" -e "DROP DATABASE IF EXISTS $PEER_DB; DROP USER IF EXISTS '$PEER_DB_USER'@'localhost'; DROP USER IF EXISTS '$PEER_DB_USER'@'127.0.0.1'" \
     >/dev/null 2>&1 || log "could not drop database $PEER_DB"
   rm -f "$ETC/slurmdbd.conf"

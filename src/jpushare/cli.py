@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jpushare.client.cli",  # submit, jobs, show, queue, why, wait, cancel, log, labs, …
     "jpushare.sim.cli",  # simulate
     "jpushare.traces.cli",  # trace (real trace loaders)
+    "jpushare.slurm_peer.cli",  # slurm-peer (a trace through Slurm's own scheduler)
 )
 
 # Which module defines each command (a test checks this against what the modules register).
@@ -44,6 +45,7 @@ COMMANDS: dict[str, str] = {
     ),
     "simulate": "jpushare.sim.cli",
     "trace": "jpushare.traces.cli",
+    "slurm-peer": "jpushare.slurm_peer.cli",
 }
 
 _DESCRIPTION = "Fair-share multi-GPU scheduler with reservations, in front of Slurm."

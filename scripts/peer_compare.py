@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""One trace through Slurm's own scheduler, through JPU-Share in front of the same Slurm, and
+through the simulator: the "Slurm's own scheduler" section of docs/policy-comparison.md.
+
+    .venv/bin/python scripts/peer_compare.py STEP... [--out out/peer] [--speed 60]
+
+Steps (run them in this order; each reads what the earlier ones wrote under --out):
+
+- `slice`: write examples/philly-peer.csv, 300 jobs of the shipped Philly trace (below);
+- `slurm`: `jpushare slurm-peer run` of it on the peer cluster (root; SLURM_CONF of
+  `FAKE_SLURM_PEER=1 scripts/slurm/start-fake-cluster.sh`), ~7 min at --speed 60;
+- `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml with a
+  60 s cycle (the service's 1 s cycle at --speed 60);
+- `render`: the section's tables from every summary.json and jobs.csv found, written
+  between the section's markers in docs/policy-comparison.md (scripts/compare_policies.py
+  keeps the section when it regenerates the rest).
+
+The JPU-Share run is `jpushare replay` against `jpushare serve` (Slurm executor, the same
+peer cluster), written to OUT/jpushare/; `render` reads it when it is there. The commands
+are in the section itself.
+
+The slice: `jpushare trace philly --window last10d`, jobs of at most 4 GPUs (the largest
+placement of the 16-GPU cluster) that ran at most 2 hours (so the run lasts minutes at
+--speed 60), in submission order, the 300 from the 5,051st on, times moved so the first is
+at 0. It spans 5.8 trace hours and offers 0.87 of the cluster's GPU-hours over that span;
+46 of the jobs ask for 4 GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jpushare.sim.report import fmt_duration, markdown_table
+from jpushare.slurm_peer.agreement import agreement, agreement_rows, read_jobs_csv
+from jpushare.traces import TraceRow, write_trace
+from jpushare.traces.shipped import shipped_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = "examples/philly-peer.csv"
+CLUSTER = "examples/slurm-cluster.yaml"
+DOC = ROOT / "docs" / "policy-comparison.md"
+BEGIN = "<!-- BEGIN slurm-peer: written by scripts/peer_compare.py render -->"
+END = "<!-- END slurm-peer -->"
+SLICE_FROM, SLICE_JOBS, MAX_GPUS, MAX_DURATION_S = 5050, 300, 4, 7200
+POLICIES = ("reservation", "hol-skip", "fifo", "backfill")
+
+
+def slice_rows(rows: Sequence[TraceRow]) -> list[TraceRow]:
+    """The slice the module docstring describes."""
+    kept = sorted(
+        (r for r in rows if r.num_gpus <= MAX_GPUS and r.duration <= MAX_DURATION_S),
+        key=lambda r: (r.submit_time, r.job_id),
+    )[SLICE_FROM : SLICE_FROM + SLICE_JOBS]
+    return [r.shifted(-kept[0].submit_time) for r in kept]
+
+
+def step_slice() -> None:
+    rows = slice_rows(shipped_trace("philly-10d", ROOT / "data" / "traces"))
+    write_trace(rows, ROOT / TRACE)
+    print(f"wrote {TRACE}: {len(rows)} jobs", file=sys.stderr)
+
+
+def _jpushare(*args: str) -> None:
+    cmd = [sys.executable, "-m", "jpushare.cli", *args]
+    print("+ jpushare " + " ".join(args), file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def step_slurm(out: Path, speed: float) -> None:
+    _jpushare(
+        "slurm-peer", "run", "--cluster", CLUSTER, "--trace", TRACE,
+        "--speed", f"{speed:g}", "--out", str(out / "slurm"),
+    )  # fmt: skip
+
+
+def step_simulate(out: Path, speed: float) -> None:
+    _jpushare(
+        "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "all",
+        "--cycle", f"{speed:g}", "--no-plots", "--out", str(out / "sim"),
+    )  # fmt: skip
+
+
+def _summary(path: Path) -> dict[str, Any] | None:
+    f = path / "summary.json"
+    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else None
+
+
+def _runs(out: Path) -> list[tuple[str, Path]]:
+    runs = [("Slurm (multifactor + backfill)", out / "slurm")]
+    runs += [("JPU-Share in front of Slurm", out / "jpushare")]
+    runs += [(f"simulator `{p}`", out / "sim" / p / "pack") for p in POLICIES]
+    return [(label, d) for label, d in runs if (d / "summary.json").exists()]
+
+
+def _wait_cell(s: dict[str, Any], gpus: str) -> str:
+    w = s["wait_s_by_gpus"].get(gpus)
+    if not w:
+        return "-"
+    return " / ".join(fmt_duration(w[k]) for k in ("mean", "p95", "max"))
+
+
+def render(out: Path, speed: float) -> str:
+    runs = _runs(out)
+    summaries = [(label, d, _summary(d)) for label, d in runs]
+    counts = sorted({g for _, _, s in summaries if s for g in s["wait_s_by_gpus"]}, key=int)
+    header = ["run", "completed / cancelled / rejected", "GPU utilization", "wait mean / p95"]
+    header += [f"{g} GPU{'s' if g != '1' else ''}: wait mean / p95 / max" for g in counts]
+    header += ["Jain fairness", "makespan"]
+    rows = []
+    for label, _, s in summaries:
+        if s is None:
+            continue
+        st = s["states"]
+        row = [
+            label,
+            f"{st.get('COMPLETED', 0)} / {st.get('CANCELLED', 0)} / {st.get('REJECTED', 0)}",
+            f"{100 * s['gpu_utilization']:.1f} %",
+            f"{fmt_duration(s['wait_s']['mean'])} / {fmt_duration(s['wait_s']['p95'])}",
+        ]
+        row += [_wait_cell(s, g) for g in counts]
+        row += [
+            "-" if s["jain_fairness"] is None else f"{s['jain_fairness']:.3f}",
+            fmt_duration(s["makespan_s"]),
+        ]
+        rows.append(row)
+    parts = [markdown_table(header, rows)]
+    usage_header = ["run", *sorted({lab for _, _, s in summaries if s for lab in s["lab_usage"]})]
+    usage_rows = []
+    for label, _, s in summaries:
+        if s is None:
+            continue
+        total = sum(s["lab_usage"].values()) or 1.0
+        usage_rows.append(
+            [
+                label,
+                *(f"{100 * s['lab_usage'].get(lab, 0) / total:.1f} %" for lab in usage_header[1:]),
+            ]
+        )
+    parts.append(markdown_table(usage_header, usage_rows))
+    slurm = out / "slurm" / "jobs.csv"
+    if slurm.exists():
+        ref = read_jobs_csv(slurm)
+        pairs = [
+            (label, agreement(ref, read_jobs_csv(d / "jobs.csv"), speed))
+            for label, d in runs
+            if d != out / "slurm"
+        ]
+        parts.append(markdown_table(*agreement_rows(pairs)))
+    return "\n".join(parts)
+
+
+def step_render(out: Path, speed: float, template: Path) -> None:
+    """Fill the tables into the section text of `template` (the section with `{tables}`)."""
+    body = template.read_text(encoding="utf-8").replace("{tables}", render(out, speed))
+    doc = DOC.read_text(encoding="utf-8")
+    section = f"{BEGIN}\n{body.rstrip()}\n{END}\n"
+    if BEGIN in doc:
+        head, rest = doc.split(BEGIN, 1)
+        doc = head + section + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + section
+    DOC.write_text(doc, encoding="utf-8")
+    print(f"wrote {DOC.relative_to(ROOT)}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("steps", nargs="+", choices=("slice", "slurm", "simulate", "render"))
+    p.add_argument("--out", type=Path, default=ROOT / "out" / "peer")
+    p.add_argument("--speed", type=float, default=60.0)
+    p.add_argument(
+        "--template",
+        type=Path,
+        default=ROOT / "scripts" / "peer_compare.md",
+        help="the section's text, with {tables} where the tables go",
+    )
+    args = p.parse_args(argv)
+    for step in args.steps:
+        if step == "slice":
+            step_slice()
+        elif step == "slurm":
+            step_slurm(args.out, args.speed)
+        elif step == "simulate":
+            step_simulate(args.out, args.speed)
+        else:
+            step_render(args.out, args.speed, args.template)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
