@@ -9,15 +9,15 @@ Steps (run them in this order; each reads what the earlier ones wrote under --ou
 - `slice`: write examples/philly-peer.csv, 300 jobs of the shipped Philly trace (below);
 - `slurm`: `jpushare slurm-peer run` of it on the peer cluster (root; SLURM_CONF of
   `FAKE_SLURM_PEER=1 scripts/slurm/start-fake-cluster.sh`), ~7 min at --speed 60;
+- `jpushare`: `jpushare serve` with the Slurm executor on that same peer (a fresh SQLite
+  database, 1 s cycle, port 8765) driven by `jpushare replay --speed 60`, ~7 min;
 - `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml with a
   60 s cycle (the service's 1 s cycle at --speed 60);
 - `render`: the section's tables from every summary.json and jobs.csv found, written
   between the section's markers in docs/policy-comparison.md (scripts/compare_policies.py
   keeps the section when it regenerates the rest).
 
-The JPU-Share run is `jpushare replay` against `jpushare serve` (Slurm executor, the same
-peer cluster), written to OUT/jpushare/; `render` reads it when it is there. The commands
-are in the section itself.
+Each run writes OUT/<run>/jobs.csv and summary.json; `render` uses the runs it finds.
 
 The slice: `jpushare trace philly --window last10d`, jobs of at most 4 GPUs (the largest
 placement of the 16-GPU cluster) that ran at most 2 hours (so the run lasts minutes at
@@ -30,8 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,7 @@ from jpushare.traces.shipped import shipped_trace
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = "examples/philly-peer.csv"
 CLUSTER = "examples/slurm-cluster.yaml"
+PEER_CONF = "/etc/slurm-peer/slurm.conf"
 DOC = ROOT / "docs" / "policy-comparison.md"
 BEGIN = "<!-- BEGIN slurm-peer: written by scripts/peer_compare.py render -->"
 END = "<!-- END slurm-peer -->"
@@ -84,6 +90,50 @@ def step_simulate(out: Path, speed: float) -> None:
         "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "all",
         "--cycle", f"{speed:g}", "--no-plots", "--out", str(out / "sim"),
     )  # fmt: skip
+
+
+def step_jpushare(out: Path, speed: float, port: int = 8765) -> None:
+    """`jpushare serve` (Slurm executor on the peer, 1 s cycle, a fresh SQLite database)
+    driven by `jpushare replay`; the service is stopped afterwards."""
+    state = Path(tempfile.mkdtemp(prefix="jps-peer-serve-"))
+    env = {
+        **os.environ,
+        "JPUSHARE_STATE_DIR": str(state),
+        "JPUSHARE_EXECUTOR": "slurm",
+        "SLURM_CONF": PEER_CONF,
+        "JPUSHARE_CYCLE_S": "1",
+        "JPUSHARE_PORT": str(port),
+        "JPUSHARE_SLURM_LOG_DIR": str(state / "slurm-logs"),
+        "JPUSHARE_SLURM_PREFIX": f"jpr{uuid.uuid4().hex[:5]}",
+    }
+    env.pop("JPUSHARE_DATABASE_URL", None)
+    jps = [sys.executable, "-m", "jpushare.cli"]
+    subprocess.run([*jps, "init", "--cluster", CLUSTER], check=True, cwd=ROOT, env=env)
+    add = ["admin", "user", "add", "peer-admin", "--lab", "BCG", "--role", "admin"]
+    added = subprocess.run(
+        [*jps, *add, "--unix-user", "root"],
+        check=True, cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    token = added.stdout.strip().split()[-1]
+    log = (state / "serve.log").open("w")
+    serve = subprocess.Popen([*jps, "serve"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        _jpushare(
+            "replay", "--trace", TRACE, "--server", url, "--admin-token", token,
+            "--speed", f"{speed:g}", "--out", str(out / "jpushare"), "--unix-user", "root",
+        )  # fmt: skip
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
+        log.close()
+    print(f"service state and log in {state}", file=sys.stderr)
 
 
 def _summary(path: Path) -> dict[str, Any] | None:
@@ -171,7 +221,7 @@ def step_render(out: Path, speed: float, template: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("steps", nargs="+", choices=("slice", "slurm", "simulate", "render"))
+    p.add_argument("steps", nargs="+", choices=("slice", "slurm", "jpushare", "simulate", "render"))
     p.add_argument("--out", type=Path, default=ROOT / "out" / "peer")
     p.add_argument("--speed", type=float, default=60.0)
     p.add_argument(
@@ -186,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             step_slice()
         elif step == "slurm":
             step_slurm(args.out, args.speed)
+        elif step == "jpushare":
+            step_jpushare(args.out, args.speed)
         elif step == "simulate":
             step_simulate(args.out, args.speed)
         else:
