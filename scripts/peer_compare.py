@@ -76,7 +76,8 @@ def step_slice() -> None:
 
 def _jpushare(*args: str) -> None:
     cmd = [sys.executable, "-m", "jpushare.cli", *args]
-    print("+ jpushare " + " ".join(args), file=sys.stderr)
+    shown = [("***" if i and args[i - 1] == "--admin-token" else a) for i, a in enumerate(args)]
+    print("+ jpushare " + " ".join(shown), file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
