@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up what the tests talk to: PostgreSQL at 127.0.0.1:5432 (database `test`), the
 # fake Slurm cluster (scripts/slurm/start-fake-cluster.sh, needs root), its peer
-# (FAKE_SLURM_PEER=1: Slurm's own scheduler with slurmdbd, ~6 s) and munged (the
+# (FAKE_SLURM_PEER=1: Slurm's own scheduler with slurmdbd, ~5 s) and munged (the
 # MUNGE sign-in tests decode real credentials; the fake cluster starts it too) and Chromium
 # (the dashboard's browser tests, scripts/ensure-browser.sh) and promtool (the alert rules'
 # tests, scripts/ensure-promtool.sh). With CI=true a

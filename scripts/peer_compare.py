@@ -13,7 +13,8 @@ Steps (run them in this order; each reads what the earlier ones wrote under --ou
 - `jpushare`: `jpushare serve` with the Slurm executor on that same peer (a fresh SQLite
   database, 1 s cycle, port 8765) driven by `jpushare replay --speed 60`, ~7 min;
 - `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml with a
-  60 s cycle (the service's 1 s cycle at --speed 60);
+  60 s cycle (the service's 1 s cycle at --speed 60), and `backfill` on the same cluster
+  with node-c's 8 GPUs as one placement (OUT/sim-pooled: what Slurm's untyped requests see);
 - `render`: the section's tables from every summary.json and jobs.csv found, written
   between the section's markers in docs/policy-comparison.md (scripts/compare_policies.py
   keeps the section when it regenerates the rest).
@@ -93,6 +94,19 @@ def step_simulate(out: Path, speed: float) -> None:
     _jpushare(
         "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "all",
         "--cycle", f"{speed:g}", "--no-plots", "--out", str(out / "sim"),
+    )  # fmt: skip
+    # What Slurm's untyped requests see on node-c: its 8 GPUs as one placement.
+    text = (ROOT / CLUSTER).read_text(encoding="utf-8")
+    pooled = out / "pooled-cluster.yaml"
+    pooled.write_text(
+        text.replace(
+            "{name: node-c, gpus: {rtx4090: 4, rtx5090: 4}}", "{name: node-c, gpus: {rtx4090: 8}}"
+        ),
+        encoding="utf-8",
+    )
+    _jpushare(
+        "simulate", "--cluster", str(pooled), "--trace", TRACE, "--policy", "backfill",
+        "--cycle", f"{speed:g}", "--no-plots", "--out", str(out / "sim-pooled"),
     )  # fmt: skip
 
 

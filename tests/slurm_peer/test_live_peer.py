@@ -1,6 +1,6 @@
 """The driver and sacct on the real peer cluster (FAKE_SLURM_PEER=1 start-fake-cluster.sh).
 
-Starting the peer costs ~6 s (`make services` does it as root), so these run against it,
+Starting the peer costs ~5 s (`make services` does it as root), so these run against it,
 not a mock: missing, they skip here and fail under CI=true (tests/missing.py). ~20 s.
 """
 
