@@ -112,6 +112,7 @@ peer_mariadb() {  # MariaDB answering as root: the running one, else start (inst
   if ! command -v mariadbd >/dev/null && ! command -v mysqld >/dev/null; then
     [ "$INSTALL" = no ] && { log "no MariaDB and FAKE_SLURM_INSTALL=no"; return 1; }
     log "installing mariadb-server"
+    apt-get update -qq || { log "apt-get update failed"; return 1; }
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       mariadb-server mariadb-client >/dev/null || { log "apt-get install mariadb-server failed"; return 1; }
   fi
