@@ -92,7 +92,7 @@ def agreement_rows(
         "GPUs",
         "jobs",
         "within tolerance",
-        "|Δstart| median",
+        "start apart: median",
         "p90",
         "max",
         "mean Δ",
