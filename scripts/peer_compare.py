@@ -12,6 +12,7 @@ Steps (run them in this order; each reads what the earlier ones wrote under --ou
 - `slurm-again`: the same into OUT/slurm-2 (how far Slurm agrees with itself);
 - `jpushare`: `jpushare serve` with the Slurm executor on that same peer (a fresh SQLite
   database, 1 s cycle, port 8765) driven by `jpushare replay --speed 60`, ~7 min;
+- `jpushare-again`: the same into OUT/jpushare-2;
 - `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml with a
   60 s cycle (the service's 1 s cycle at --speed 60), and `backfill` on the same cluster
   with node-c's 8 GPUs as one placement (OUT/sim-pooled: what Slurm's untyped requests see);
@@ -110,7 +111,7 @@ def step_simulate(out: Path, speed: float) -> None:
     )  # fmt: skip
 
 
-def step_jpushare(out: Path, speed: float, port: int = 8765) -> None:
+def step_jpushare(out: Path, speed: float, name: str = "jpushare", port: int = 8765) -> None:
     """`jpushare serve` (Slurm executor on the peer, 1 s cycle, a fresh SQLite database)
     driven by `jpushare replay`; the service is stopped afterwards."""
     state = Path(tempfile.mkdtemp(prefix="jps-peer-serve-"))
@@ -145,7 +146,7 @@ def step_jpushare(out: Path, speed: float, port: int = 8765) -> None:
                 time.sleep(0.5)
         _jpushare(
             "replay", "--trace", TRACE, "--server", url, "--admin-token", token,
-            "--speed", f"{speed:g}", "--out", str(out / "jpushare"), "--unix-user", "root",
+            "--speed", f"{speed:g}", "--out", str(out / name), "--unix-user", "root",
         )  # fmt: skip
     finally:
         serve.terminate()
@@ -163,6 +164,7 @@ def _runs(out: Path) -> list[tuple[str, Path]]:
     runs = [("Slurm (multifactor + backfill)", out / "slurm")]
     runs += [("Slurm, the same run again", out / "slurm-2")]
     runs += [("JPU-Share in front of Slurm", out / "jpushare")]
+    runs += [("JPU-Share, the same run again", out / "jpushare-2")]
     runs += [(f"simulator `{p}`", out / "sim" / p / "pack") for p in POLICIES]
     return [(label, d) for label, d in runs if (d / "summary.json").exists()]
 
@@ -296,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             step_slurm(args.out, args.speed, "slurm-2")
         elif step == "jpushare":
             step_jpushare(args.out, args.speed)
+        elif step == "jpushare-again":
+            step_jpushare(args.out, args.speed, "jpushare-2")
         elif step == "simulate":
             step_simulate(args.out, args.speed)
         else:
