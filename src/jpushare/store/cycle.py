@@ -12,37 +12,33 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
-from sqlalchemy import DateTime, String, Table, bindparam, select, type_coerce, update
+from sqlalchemy import DateTime, String, Table, select, type_coerce
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import reservation_accrual
 from jpushare.policy.model import (
-    AbsorbReservation,
     Action,
     Decisions,
     Dispatch,
     QueuedJob,
-    ReleaseReservation,
     Reservation,
     RunningJob,
     Snapshot,
-    StartReservation,
     Tier,
 )
+from jpushare.store.actions import KINDS
 from jpushare.store.errors import ConcurrentUpdate
 from jpushare.store.inventory import PlacementKey, placements
 from jpushare.store.launches import launch_details
 from jpushare.store.records import DispatchedJob, Recorded
-from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState, Lab
+from jpushare.store.schema import ACTIVE_STATES, GpuTier, Job, JobState, Lab
 from jpushare.store.times import from_epoch, to_epoch
 from jpushare.store.transitions import (
     LockedJob,
     add_events,
-    event_row,
     guarded_update,
     lock_jobs,
     rowcount,
@@ -237,210 +233,6 @@ def held_by_jobs(session: Session) -> dict[PlacementKey, int]:
     return dict(out)
 
 
-def _guarded(*conditions: Any) -> Any:
-    return update(_JOBS).where(_C.id == bindparam("b_id"), _C.state == _QUEUED, *conditions)
-
-
-_RESERVATION_MATCHES = (
-    _C.reserved_gpus == bindparam("b_gpus"),
-    _C.reserved_node_name == bindparam("b_node"),
-    _C.reserved_tier_id == bindparam("b_tier"),
-)
-
-_A = TypeVar("_A", AbsorbReservation, ReleaseReservation, StartReservation, Dispatch)
-
-
-class _Kind(Generic[_A]):
-    """Everything `record_decisions` does differently for one kind of action, in one place.
-
-    `rank`: per job, the order that keeps every guard true: grow, release, then start or
-    dispatch (the policy emits a swap's Dispatch before its Release; R5's Release before
-    a new Start). `statement`: its guarded UPDATE, run once for all jobs (executemany),
-    with `params`' values. `valid`: whether the action still applies to the locked row.
-    `event`: its job event. `after`: the locked row as the action leaves it, for the
-    job's next action.
-    """
-
-    rank: int
-    statement: Any
-
-    def valid(self, job: LockedJob, a: _A, tier_id: uuid.UUID) -> bool:
-        raise NotImplementedError
-
-    def params(self, job: LockedJob, a: _A, tier_id: uuid.UUID, at: datetime) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def event(self, job: LockedJob, a: _A, at: datetime) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def after(self, job: LockedJob, a: _A, tier_id: uuid.UUID, at: datetime) -> LockedJob:
-        raise NotImplementedError
-
-
-class _Absorb(_Kind[AbsorbReservation]):
-    rank = 0
-    statement = _guarded(*_RESERVATION_MATCHES).values(reserved_gpus=bindparam("b_total"))
-
-    def valid(self, job: LockedJob, a: AbsorbReservation, tier_id: uuid.UUID) -> bool:
-        return (
-            job.reserved_gpus == a.total - a.added
-            and job.reserved_node_name == a.node
-            and job.reserved_tier_id == tier_id
-            and a.added > 0
-            and a.total <= job.num_gpus
-        )
-
-    def params(
-        self, job: LockedJob, a: AbsorbReservation, tier_id: uuid.UUID, at: datetime
-    ) -> dict[str, Any]:
-        return _where(job, a, tier_id) | {"b_gpus": a.total - a.added, "b_total": a.total}
-
-    def event(self, job: LockedJob, a: AbsorbReservation, at: datetime) -> dict[str, Any]:
-        detail = {"node": a.node, "tier": a.tier, "added": a.added, "total": a.total}
-        return event_row(job.id, at, EventKind.ABSORBED, detail=detail)
-
-    def after(
-        self, job: LockedJob, a: AbsorbReservation, tier_id: uuid.UUID, at: datetime
-    ) -> LockedJob:
-        return replace(job, reserved_gpus=a.total)
-
-
-class _Release(_Kind[ReleaseReservation]):
-    rank = 1
-    statement = _guarded(*_RESERVATION_MATCHES).values(
-        reserved_gpus=0,
-        reserved_node_name=None,
-        reserved_tier_id=None,
-        reservation_since=None,
-        reservation_last_accrued_at=None,
-    )
-
-    def valid(self, job: LockedJob, a: ReleaseReservation, tier_id: uuid.UUID) -> bool:
-        return (
-            job.reserved_gpus == a.gpus
-            and a.gpus > 0
-            and job.reserved_node_name == a.node
-            and job.reserved_tier_id == tier_id
-        )
-
-    def params(
-        self, job: LockedJob, a: ReleaseReservation, tier_id: uuid.UUID, at: datetime
-    ) -> dict[str, Any]:
-        return _where(job, a, tier_id) | {"b_gpus": a.gpus}
-
-    def event(self, job: LockedJob, a: ReleaseReservation, at: datetime) -> dict[str, Any]:
-        since = job.reservation_since
-        detail = {
-            "reason": a.reason.value,
-            "node": a.node,
-            "tier": a.tier,
-            "gpus": a.gpus,
-            "since": since.isoformat() if since is not None else None,
-            "held_s": (at - since).total_seconds() if since is not None else None,
-        }
-        return event_row(job.id, at, EventKind.RELEASED, detail=detail)
-
-    def after(
-        self, job: LockedJob, a: ReleaseReservation, tier_id: uuid.UUID, at: datetime
-    ) -> LockedJob:
-        return replace(
-            job,
-            reserved_gpus=0,
-            reserved_node_name=None,
-            reserved_tier_id=None,
-            reservation_since=None,
-            reservation_last_accrued_at=None,
-        )
-
-
-class _Start(_Kind[StartReservation]):
-    rank = 2
-    statement = _guarded(_C.reserved_gpus == 0).values(
-        reserved_gpus=bindparam("b_gpus"),
-        reserved_node_name=bindparam("b_node"),
-        reserved_tier_id=bindparam("b_tier"),
-        reservation_since=bindparam("b_at"),
-        reservation_last_accrued_at=bindparam("b_at"),
-    )
-
-    def valid(self, job: LockedJob, a: StartReservation, tier_id: uuid.UUID) -> bool:
-        return job.reserved_gpus == 0 and 0 < a.gpus <= job.num_gpus
-
-    def params(
-        self, job: LockedJob, a: StartReservation, tier_id: uuid.UUID, at: datetime
-    ) -> dict[str, Any]:
-        return _where(job, a, tier_id) | {"b_gpus": a.gpus, "b_at": at}
-
-    def event(self, job: LockedJob, a: StartReservation, at: datetime) -> dict[str, Any]:
-        detail = {"node": a.node, "tier": a.tier, "gpus": a.gpus}
-        return event_row(job.id, at, EventKind.RESERVATION_STARTED, detail=detail)
-
-    def after(
-        self, job: LockedJob, a: StartReservation, tier_id: uuid.UUID, at: datetime
-    ) -> LockedJob:
-        return replace(
-            job,
-            reserved_gpus=a.gpus,
-            reserved_node_name=a.node,
-            reserved_tier_id=tier_id,
-            reservation_since=at,
-            reservation_last_accrued_at=at,
-        )
-
-
-class _Dispatch(_Kind[Dispatch]):
-    rank = 3
-    statement = _guarded(_C.reserved_gpus == 0, _C.attempts == bindparam("b_attempts")).values(
-        state=JobState.DISPATCHED.value,
-        node_name=bindparam("b_node"),
-        tier_id=bindparam("b_tier"),
-        attempts=bindparam("b_attempts") + 1,
-        dispatched_at=bindparam("b_at"),
-        executor_id=None,
-        started_at=None,
-        ended_at=None,
-        exit_code=None,
-        reason=None,
-    )
-
-    def valid(self, job: LockedJob, a: Dispatch, tier_id: uuid.UUID) -> bool:
-        return job.reserved_gpus == 0 and a.num_gpus == job.num_gpus
-
-    def params(
-        self, job: LockedJob, a: Dispatch, tier_id: uuid.UUID, at: datetime
-    ) -> dict[str, Any]:
-        return _where(job, a, tier_id) | {"b_attempts": job.attempts, "b_at": at}
-
-    def event(self, job: LockedJob, a: Dispatch, at: datetime) -> dict[str, Any]:
-        detail = {"node": a.node, "tier": a.tier, "gpus": a.num_gpus, "attempt": job.attempts + 1}
-        return event_row(
-            job.id, at, EventKind.DISPATCHED, _QUEUED, JobState.DISPATCHED.value, detail
-        )
-
-    def after(self, job: LockedJob, a: Dispatch, tier_id: uuid.UUID, at: datetime) -> LockedJob:
-        return replace(
-            job,
-            state=JobState.DISPATCHED.value,
-            attempts=job.attempts + 1,
-            node_name=a.node,
-            tier_id=tier_id,
-        )
-
-
-def _where(job: LockedJob, a: Action, tier_id: uuid.UUID) -> dict[str, Any]:
-    """The bound values every kind's guarded UPDATE shares."""
-    return {"b_id": job.id, "b_node": a.node, "b_tier": tier_id}
-
-
-# The table: one entry per kind of action.
-_KINDS: dict[type, _Kind[Any]] = {
-    AbsorbReservation: _Absorb(),
-    ReleaseReservation: _Release(),
-    StartReservation: _Start(),
-    Dispatch: _Dispatch(),
-}
-
-
 def record_decisions(
     session: Session, decisions: Decisions, now: datetime | None = None
 ) -> Recorded:
@@ -458,7 +250,7 @@ def record_decisions(
        row locks; if one ever does, ConcurrentUpdate is raised and the caller rolls back.
     5. One job event per applied action.
 
-    Each kind of action's part in steps 3-5 is its entry in `_KINDS`.
+    Each kind of action's part in steps 3-5 is its entry in `store.actions.KINDS`.
 
     `now` stamps the events and dispatch times (default: the decisions' own time).
     The dispatcher starts only `Recorded.dispatched`, never `decisions.dispatches()`.
@@ -502,8 +294,8 @@ def record_decisions(
     dispatched: list[tuple[int, Dispatch, int]] = []
     for job_id in sorted(by_job):
         job = locked.get(job_id)
-        for index, action in sorted(by_job[job_id], key=lambda ia: _KINDS[type(ia[1])].rank):
-            kind = _KINDS[type(action)]
+        for index, action in sorted(by_job[job_id], key=lambda ia: KINDS[type(ia[1])].rank):
+            kind = KINDS[type(action)]
             tier_id = tier_ids.get(action.tier)
             if job is None or tier_id is None or job.state != _QUEUED:
                 continue
@@ -517,9 +309,9 @@ def record_decisions(
             job = kind.after(job, action, tier_id, at)
 
     # 4. and 5. Apply, kind by kind in the guard-safe order, then the events.
-    for action_type in sorted(params, key=lambda t: _KINDS[t].rank):
+    for action_type in sorted(params, key=lambda t: KINDS[t].rank):
         batch = params[action_type]
-        matched = rowcount(session.execute(_KINDS[action_type].statement, batch))
+        matched = rowcount(session.execute(KINDS[action_type].statement, batch))
         if matched != len(batch):
             raise ConcurrentUpdate(
                 f"{action_type.__name__}: {matched} of {len(batch)} guarded updates matched"
