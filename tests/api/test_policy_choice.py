@@ -1,5 +1,5 @@
-"""JPUSHARE_POLICY in the API: "why" projects the next cycle of the policy the dispatcher
-runs, not always SPEC §3's."""
+"""JPUSHARE_POLICY in the API: "why" and the start estimates project the policy the
+dispatcher runs, not always SPEC §3's."""
 
 from __future__ import annotations
 
@@ -41,5 +41,8 @@ def test_why_projects_the_configured_policy(world: tuple[ApiWorld, NamedPolicy])
     actions = [a["action"] for a in head["next_cycle"]]
     if policy is fifo:  # the head blocks the queue and reserves nothing
         assert actions == [] and behind["dispatch"] is None
+        # The busy GPUs are foreign (no known end): under fifo the job behind never starts.
+        assert behind["estimated_start"] is None
     else:  # SPEC §3: the head reserves, the job behind it starts elsewhere
         assert actions == ["reserve"] and behind["dispatch"] is not None
+        assert behind["estimated_start"] is not None
