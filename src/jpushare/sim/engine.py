@@ -92,7 +92,7 @@ from jpushare.policy.order import (
     PlacementOrder,
     parse_placement_order,
 )
-from jpushare.policy.peers import POLICIES, IndexedRunning, Policy, RunningEnds
+from jpushare.policy.peers import POLICIES, IndexedRunning, NamedPolicy, Policy, RunningEnds
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.trace_file import TraceJob, check_tiers
 
@@ -268,7 +268,7 @@ def forecast(
     snapshot: Snapshot,
     run_s: Mapping[str, float],
     *,
-    policy: str = "reservation",
+    policy: str | NamedPolicy = "reservation",
     placement: PlacementOrder | str = PlacementOrder.PACK,
     cycle_s: float = 5.0,
     max_cycles: int | None = None,
@@ -287,7 +287,7 @@ def forecast(
     without it their cost reaches no lab).
     """
     order = parse_placement_order(str(placement))
-    named = POLICIES[policy]
+    named = POLICIES[policy] if isinstance(policy, str) else policy
 
     def fn(s: Snapshot) -> Decisions:
         return named(s, order)

@@ -8,7 +8,8 @@ Layout:
 - `inventory`: tiers, nodes, GPUs, placements; `accounts`: labs, users, API tokens;
 - `jobs`: submit (SPEC §2 fit check), read, list, history;
 - `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, undo,
-  cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher;
+  cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher, with each
+  kind of policy action's part of the latter in `actions`;
 - `transitions`: the guarded UPDATE, job events and lab charging every transition uses.
 
 Repository functions take a `Session` and never commit: the caller owns the transaction

@@ -46,7 +46,7 @@ def queue(
     start (a projection like `squeue --start`, recomputed once per cycle)."""
     now = ctx.clock()
     snapshot = store.load_snapshot(session, now, ctx.busy(session), ctx.queue_memo)
-    view = QueueView.of(snapshot, ctx.placement_order)
+    view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
     tiers = queries.tier_names_by_sort_order(session)

@@ -207,7 +207,7 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     now = ctx.clock()
     if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
         snapshot = store.load_snapshot(session, now, ctx.busy(session))
-        view = QueueView.of(snapshot, ctx.placement_order)
+        view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)
         if job.policy_id in view.queued:
             estimates = ctx.estimates(session, snapshot)
             return for_viewer(queued_why(view, job, history, tiers, estimates), job, user)
