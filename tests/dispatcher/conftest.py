@@ -20,7 +20,7 @@ from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
-from jpushare.sim.cluster_file import parse_cluster
+from jpushare.formats.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.database import db_url, empty_db_url, engine, new_database, sessions  # noqa: F401
 

@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, run_cycle
 from jpushare.executors.local import LocalExecutor
+from jpushare.formats.cluster_file import parse_cluster
 from jpushare.run_settings import JobRun
-from jpushare.sim.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.dispatcher.conftest import CLUSTER_YAML, GPUS, TIMEOUT_S
 from tests.unix_accounts import MadeAccount, made_accounts, require_root

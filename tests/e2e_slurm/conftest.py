@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
 from jpushare.executors.slurm import SlurmExecutor
-from jpushare.sim.cluster_file import load_cluster
+from jpushare.formats.cluster_file import load_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.database import new_database
 from tests.executors.live_slurm import (

@@ -14,8 +14,8 @@ from jpushare import store
 from jpushare.config import ConfigError, load_settings, parse_gpu_types
 from jpushare.executors.base import RunInfo
 from jpushare.executors.slurm import CommandResult, SlurmExecutor
+from jpushare.formats.cluster_file import load_cluster
 from jpushare.service.serve import build_executor, check_foreign_runs, gpu_type_to_tier
-from jpushare.sim.cluster_file import load_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from jpushare.store.schema import Job
 from tests.executors.test_slurm_commands import ScriptedSlurm, ok

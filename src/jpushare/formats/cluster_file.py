@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 import yaml
 
+from jpushare.formats.errors import ClusterFileError
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.policy.fit import MAX_GPUS
 from jpushare.policy.model import Placement, Tier
-from jpushare.sim.errors import ClusterFileError
 
 NodeState = Literal["down", "up"]
 

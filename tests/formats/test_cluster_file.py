@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from jpushare.formats.cluster_file import NodeEvent, load_cluster, parse_cluster
+from jpushare.formats.errors import ClusterFileError
 from jpushare.policy.model import Placement, Tier
-from jpushare.sim.cluster_file import NodeEvent, load_cluster, parse_cluster
-from jpushare.sim.errors import ClusterFileError
 
 ISSUE_EXAMPLE = """\
 tiers:
