@@ -7,7 +7,7 @@ when, busy GPUs from the dispatcher's last observation. The projection is `decid
 on that same snapshot: what the next cycle would do if nothing changed before it runs
 (nothing is recorded: the decisions are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
-figures with the same `queries.placement_counts`. A job that is not queued gets its state
+figures with the same `figures.placement_counts`. A job that is not queued gets its state
 and what its `job_events` history says (where it runs, how it ended, OOM retries, undone
 dispatches).
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jpushare.api.estimates import JobEstimate, job_estimate
-from jpushare.api.queries import placement_counts
+from jpushare.api.figures import placement_counts
 from jpushare.api.schemas import (
     BlockingPublic,
     DispatchPublic,

@@ -6,6 +6,8 @@ Layout:
 - `migrate`: `upgrade(url)` / `downgrade(url)`; the schema is created by migrations only;
 - `schema`: the ORM tables; `records`: the frozen values the repository returns;
 - `inventory`: tiers, nodes, GPUs, placements; `accounts`: labs, users, API tokens;
+- `reservations`: the reservations held now and the history of ended ones; `counts`: figures
+  over many rows (jobs by state, labs' in-flight bills, requeues) for /metrics and the API;
 - `jobs`: submit (SPEC §2 fit check), read, list, history;
 - `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, undo,
   cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher;
