@@ -8,8 +8,8 @@ on that same snapshot: what the next cycle would do if nothing changed before it
 (nothing is recorded: the decisions are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
 figures with the same `figures.placement_counts`. A job that is not queued gets its state
-and what its `job_events` history says (where it runs, how it ended, OOM retries, undone
-dispatches).
+and what its `job_events` history says (where it runs, how it ended, OOM retries,
+requeues after a node failure).
 """
 
 from __future__ import annotations
@@ -433,11 +433,6 @@ def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
             notes.append(
                 f"node {d.get('node', '?')} failed under attempt {d.get('attempt', '?')} at "
                 f"{when(e.at)}; requeued"
-            )
-        elif e.kind == EventKind.DISPATCH_UNDONE.value:
-            notes.append(
-                f"dispatch to {d.get('node', '?')} ({d.get('tier', '?')}) undone at {when(e.at)}:"
-                f" {d.get('reason', 'no reason given')}"
             )
         elif e.kind == EventKind.RELEASED.value and d.get("reason") in ("r3", "r5"):
             why = (

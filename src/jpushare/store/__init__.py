@@ -9,7 +9,7 @@ Layout:
 - `reservations`: the reservations held now and the history of ended ones; `counts`: figures
   over many rows (jobs by state, labs' in-flight bills, requeues) for /metrics and the API;
 - `jobs`: submit (SPEC §2 fit check), read, list, history;
-- `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, undo,
+- `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, refusal,
   cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher;
 - `transitions`: the guarded UPDATE, job events and lab charging every transition uses.
 
@@ -94,7 +94,6 @@ from jpushare.store.lifecycle import (
     requeue_after_node_failure,
     requeue_after_oom,
     settle_cancelled_run,
-    undo_dispatch,
 )
 from jpushare.store.migrate import upgrade
 from jpushare.store.records import (
@@ -194,7 +193,6 @@ __all__ = [
     "submit_job",
     "sync_inventory",
     "to_epoch",
-    "undo_dispatch",
     "undrain_node",
     "unix_accounts",
     "unix_user_of",
