@@ -81,14 +81,14 @@ class Rig:
         self, user: str, num_gpus: int, command: str = "true", name: str | None = None
     ) -> int:
         with self.sessions.begin() as s:
-            job = store.submit_job(
+            job = store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=name or f"{user}-{num_gpus}",
                 command=command,
                 num_gpus=num_gpus,
                 now=store.utc_now(),
-            )
+            ).job
         return job.id
 
     def job(self, job_id: int) -> store.JobRecord:

@@ -47,7 +47,7 @@ class Service:
 
     def submit(self, user: str, command: str, workdir: str, env: dict[str, str]) -> int:
         with self.sessions.begin() as s:
-            return store.submit_job(
+            return store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=f"{user}-job",
@@ -55,7 +55,7 @@ class Service:
                 num_gpus=1,
                 now=store.utc_now(),
                 run=JobRun(workdir=workdir, environment=env),
-            ).id
+            ).job.id
 
     def run_to_end(self, job_id: int) -> store.JobRecord:
         deps = CycleDeps(self.sessions, self.executor)

@@ -106,7 +106,7 @@ class SlurmRig:
 
     def submit(self, user: str, num_gpus: int, command: str, *, min_tier: str | None = None) -> int:
         with self.sessions.begin() as s:
-            job = store.submit_job(
+            job = store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=f"{user}-{num_gpus}",
@@ -114,7 +114,7 @@ class SlurmRig:
                 num_gpus=num_gpus,
                 now=store.utc_now(),
                 min_tier=min_tier,
-            )
+            ).job
         return job.id
 
     def job(self, job_id: int) -> store.JobRecord:

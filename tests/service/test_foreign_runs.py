@@ -52,7 +52,7 @@ def new_database(sessions: sessionmaker[Session]) -> int:
     with sessions.begin() as s:
         load_cluster_spec(s, parse_cluster(CLUSTER_YAML), now)
         user = store.create_user(s, "alice", "alpha", "student", now)
-        job = store.submit_job(s, user_id=user.id, name="new", command="true", num_gpus=1, now=now)
+        job = store.submit(s, user_id=user.id, name="new", command="true", num_gpus=1, now=now).job
     return job.id
 
 

@@ -120,7 +120,7 @@ def sessions(tmp_path: Path) -> sessionmaker[Session]:
     with factory.begin() as s:
         load_cluster_spec(s, load_cluster(REPO / "examples" / "slurm-cluster.yaml"), now)
         user = store.create_user(s, "alice", "NLP", "student", now)
-        store.submit_job(s, user_id=user.id, name="one", command="true", num_gpus=1, now=now)
+        store.submit(s, user_id=user.id, name="one", command="true", num_gpus=1, now=now)
     return factory
 
 

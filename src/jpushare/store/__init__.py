@@ -82,7 +82,6 @@ from jpushare.store.jobs import (
     parse_job_id,
     policy_job_id,
     submit,
-    submit_job,
 )
 from jpushare.store.lifecycle import (
     cancel_job,
@@ -190,7 +189,6 @@ __all__ = [
     "settle_cancelled_run",
     "sqlite_url",
     "submit",
-    "submit_job",
     "sync_inventory",
     "to_epoch",
     "undrain_node",
