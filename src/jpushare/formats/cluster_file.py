@@ -69,10 +69,6 @@ class ClusterSpec:
     # tier name -> its jobs' default (CPUs, MiB) per GPU; the simulator ignores them.
     tier_resources: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
-    @property
-    def node_names(self) -> tuple[str, ...]:
-        return tuple(sorted({p.node for p in self.placements}))
-
     def placements_of(self, node: str) -> tuple[Placement, ...]:
         return tuple(p for p in self.placements if p.node == node)
 
