@@ -48,11 +48,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.api import queries
 from jpushare.api.body_limit import BodyLimit, BodyTooLarge
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
 from jpushare.api.estimates import StartEstimateCache
+from jpushare.api.figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
@@ -135,7 +135,7 @@ def create_app(
     def read_figures() -> MetricFigures:  # a scrape only reads: no write lock on SQLite
         with read_sessions.begin() as session:
             placements = store.placements(session, busy(session))
-            return queries.metric_figures(session, placements, now=clock())
+            return metric_figures(session, placements, now=clock())
 
     service_metrics.collect_figures_from(read_figures)
 

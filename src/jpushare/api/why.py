@@ -8,9 +8,9 @@ policy (`decide`, or the peer `JPUSHARE_POLICY` names) run on that same snapshot
 next cycle would do if nothing changed before it runs (nothing is recorded: the decisions
 are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
-figures with the same `queries.placement_counts`. A job that is not queued gets its state
-and what its `job_events` history says (where it runs, how it ended, OOM retries, undone
-dispatches).
+figures with the same `figures.placement_counts`. A job that is not queued gets its state
+and what its `job_events` history says (where it runs, how it ended, OOM retries,
+requeues after a node failure).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jpushare.api.estimates import JobEstimate, job_estimate
-from jpushare.api.queries import placement_counts
+from jpushare.api.figures import placement_counts
 from jpushare.api.schemas import (
     BlockingPublic,
     DispatchPublic,
@@ -438,11 +438,6 @@ def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
             notes.append(
                 f"node {d.get('node', '?')} failed under attempt {d.get('attempt', '?')} at "
                 f"{when(e.at)}; requeued"
-            )
-        elif e.kind == EventKind.DISPATCH_UNDONE.value:
-            notes.append(
-                f"dispatch to {d.get('node', '?')} ({d.get('tier', '?')}) undone at {when(e.at)}:"
-                f" {d.get('reason', 'no reason given')}"
             )
         elif e.kind == EventKind.RELEASED.value and d.get("reason") in ("r3", "r5"):
             why = (

@@ -40,11 +40,11 @@ from jpushare.dispatcher.lock import lock_for
 from jpushare.dispatcher.loop import Dispatcher
 from jpushare.executors.base import Executor
 from jpushare.executors.slurm import SlurmExecutor
+from jpushare.formats.cluster_file import ClusterSpec, load_cluster
 from jpushare.llm_router import router_for
 from jpushare.policy.peers import POLICIES
 from jpushare.service.account_rule import check_service_account
 from jpushare.service.dispatch_health import HealthRecorder, counting
-from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
 from jpushare.store.observations import load_observed_busy
 

@@ -68,6 +68,8 @@ from enum import StrEnum
 from itertools import chain
 from operator import attrgetter
 
+from jpushare.formats.cluster_file import ClusterSpec
+from jpushare.formats.trace_file import TraceJob, check_tiers
 from jpushare.policy.accounting import reservation_accrual, run_cost
 from jpushare.policy.decide import RankedQueue
 from jpushare.policy.fit import FitReport, check_fit, default_min_sort_order, fits
@@ -93,8 +95,6 @@ from jpushare.policy.order import (
     parse_placement_order,
 )
 from jpushare.policy.peers import POLICIES, IndexedRunning, NamedPolicy, Policy, RunningEnds
-from jpushare.sim.cluster_file import ClusterSpec
-from jpushare.sim.trace_file import TraceJob, check_tiers
 
 Key = tuple[str, str]  # (node, tier)
 Observer = Callable[[Snapshot, Decisions], None]
