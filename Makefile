@@ -26,6 +26,7 @@ lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 # PostgreSQL (for the store tests) and the fake Slurm cluster (for the Slurm tests).
 services:

@@ -34,7 +34,7 @@ def queue_jobs(url: str, jobs: int, users: int) -> None:
     with sessions.begin() as s:
         ids = [store.get_user(s, f"user-{i}").id for i in range(users)]
         for j in range(jobs):
-            store.submit_job(
+            store.submit(
                 s,
                 user_id=ids[j % users],
                 name=f"job-{j}",

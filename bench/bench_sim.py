@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jpushare.formats.cluster_file import ClusterSpec, load_cluster
+from jpushare.formats.trace_file import TraceJob, load_trace
 from jpushare.policy.model import Decisions, Snapshot
 from jpushare.policy.order import PLACEMENT_ORDERS
 from jpushare.policy.peers import POLICIES
-from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.sim.engine import simulate
-from jpushare.sim.trace_file import TraceJob, load_trace
 from jpushare.traces import TraceRow, write_trace
 from jpushare.traces.shipped import shipped_trace
 

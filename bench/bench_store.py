@@ -3,7 +3,7 @@
 Prints, per cluster state, the median and worst of repeated cycles (milliseconds) for
 `load_snapshot`, `decide`, `record_decisions` and the whole cycle (the three plus commit
 or rollback); asserts nothing. Each measured cycle runs in a transaction that is rolled
-back, so every repetition sees the same database. Also times `submit_job` one by one.
+back, so every repetition sees the same database. Also times `submit` one by one.
 
 Setup writes the 10,000 jobs with one bulk INSERT (submitting them one by one would only
 measure the submission path 10,000 times); everything measured goes through the store.
@@ -184,14 +184,14 @@ def main() -> None:
 
             def submit(i: int = i) -> None:
                 with sessions.begin() as s:
-                    store.submit_job(
+                    store.submit(
                         s, user_id=user_id, name=f"s{i}", command="true", num_gpus=1, now=now
                     )
 
             latencies.append(timed(submit))
         latencies.sort()
         print(
-            f"\nsubmit_job (one client, commit each): median {statistics.median(latencies):.2f} ms,"
+            f"\nsubmit (one client, commit each): median {statistics.median(latencies):.2f} ms,"
             f" p99 {latencies[int(len(latencies) * 0.99) - 1]:.2f} ms"
         )
         engine.dispose()

@@ -37,11 +37,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from jpushare.api.estimates import MAX_FORECAST_CYCLES, MAX_FORECAST_JOBS
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import TraceJob, load_trace, parse_trace
 from jpushare.policy.model import Decisions, Snapshot
-from jpushare.sim.cluster_file import load_cluster
 from jpushare.sim.engine import SimResult, simulate
 from jpushare.sim.estimate import JobOwner, PastRun, RunHistory, estimate_starts
-from jpushare.sim.trace_file import TraceJob, load_trace, parse_trace
 from jpushare.traces import DAY_S, write_rows
 from jpushare.traces.alibaba import AlibabaOptions, load_alibaba
 from jpushare.traces.philly import PhillyOptions, load_philly

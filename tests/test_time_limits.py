@@ -6,7 +6,6 @@ import pytest
 
 from jpushare.time_limits import (
     TimeLimitError,
-    format_time_limit,
     parse_time_limit,
     state_label,
     time_limit_reason,
@@ -57,11 +56,6 @@ def test_a_bad_time_limit_is_refused_with_a_message(text: str) -> None:
 def test_an_unreadable_limit_names_the_accepted_forms() -> None:
     with pytest.raises(TimeLimitError, match=r"90.*1:30:00.*2-00:00:00.*1h30m"):
         parse_time_limit("soon")
-
-
-def test_limits_print_as_slurm_prints_them() -> None:
-    assert format_time_limit(5400) == "01:30:00"
-    assert format_time_limit(parse_time_limit("1-12")) == "1-12:00:00"
 
 
 def test_a_job_its_limit_ended_reads_failed_time_limit_whatever_the_executor_said() -> None:

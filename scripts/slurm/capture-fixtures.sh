@@ -2,8 +2,8 @@
 # capture-fixtures.sh -- regenerate tests/executors/fixtures/slurm/ from the fake cluster.
 #
 # Provokes, on the running cluster of start-fake-cluster.sh, every job and node state the
-# parsers in src/jpushare/executors/slurm_parse.py must read, and saves what sinfo, squeue,
-# scontrol and sbatch print (text with the parsers' format strings, and --json). Takes about
+# parsers in src/jpushare/executors/slurm_parse.py must read, and saves what sinfo, squeue
+# and sbatch print (text, with the parsers' format strings). Takes about
 # 2 minutes (the TIMEOUT job needs its 1-minute limit plus Slurm's slack). Root, as the
 # start script. Leaves the cluster as it found it: all nodes resumed, its jobs cancelled.
 #
@@ -53,20 +53,9 @@ wait_state() {  # id regex seconds
 }
 snap_nodes() {  # suffix
   sinfo -h -N -O "$SINFO_FORMAT" > "$OUT/sinfo-$1.txt"
-  sinfo --json > "$OUT/sinfo-$1.json"
-  scontrol -d show node -o > "$OUT/scontrol-nodes-$1.txt"
 }
 snap_jobs() {  # suffix
   squeue -h -t all -j "$(IFS=,; echo "${IDS[*]}")" -O "$SQUEUE_FORMAT" > "$OUT/squeue-$1.txt"
-  squeue --json | python3 -c '
-import json, sys
-ids = {int(i) for i in sys.argv[1:]}
-d = json.load(sys.stdin)
-d["jobs"] = [j for j in d["jobs"] if j["job_id"] in ids]   # 22.05 ignores -j (gotcha 9)
-json.dump(d, sys.stdout, indent=1, sort_keys=True)
-print()' "${IDS[@]}" > "$OUT/squeue-$1.json"
-  : > "$OUT/scontrol-jobs-$1.txt"
-  for id in "${IDS[@]}"; do scontrol show job -o "$id" >> "$OUT/scontrol-jobs-$1.txt"; done
 }
 
 log "idle cluster"

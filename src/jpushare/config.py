@@ -17,6 +17,10 @@ SQLite and the local executor. Variables:
   1048576 (1 MiB)
 - JPUSHARE_PLACEMENT: where a job starts inside a tier (SPEC §1): `pack` (best fit, the
   default) or `spread` (most idle GPUs first); the dispatcher and the API's answers use it
+- JPUSHARE_POLICY: the policy the dispatcher runs each cycle, by its simulator name
+  (`jpushare.policy.peers.POLICIES`): `reservation` (SPEC §3, the default), or a peer
+  (`hol-skip`, `fifo`, `backfill`) that a site runs for comparison; the API's "why", queue
+  and start estimates project the same one
 
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
@@ -47,6 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder, parse_placement_order
+from jpushare.policy.peers import POLICIES
+
+DEFAULT_POLICY = "reservation"  # SPEC §3
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a request body over it gets 413 (api.body_limit)
 
@@ -73,6 +80,7 @@ class Settings:
     placement_order: PlacementOrder = PlacementOrder.PACK
     slurm_submit_as_user: bool | None = None  # None: when the service runs as root
     lease_s: float | None = None  # None: LEASE_CYCLES cycles
+    policy: str = DEFAULT_POLICY  # a name of `POLICIES`
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -161,6 +169,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"JPUSHARE_PLACEMENT must be one of {', '.join(PLACEMENT_ORDERS)}, "
             f"not {raw_placement!r}"
         ) from None
+    raw_policy = e.get("JPUSHARE_POLICY", "").strip() or DEFAULT_POLICY
+    policy = raw_policy.lower()
+    if policy not in POLICIES:
+        raise ConfigError(
+            f"JPUSHARE_POLICY must be one of {', '.join(POLICIES)}, not {raw_policy!r}"
+        )
     as_user_text = e.get("JPUSHARE_SLURM_SUBMIT_AS_USER", "").strip().lower()
     as_user = {
         "": None,
@@ -190,6 +204,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         placement_order=placement,
         slurm_submit_as_user=as_user[as_user_text],
         lease_s=lease_s,
+        policy=policy,
     )
 
 

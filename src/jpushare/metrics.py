@@ -10,13 +10,11 @@ one, so two apps in one test process cannot collide). It exports two kinds of fi
   process did the work.
 - **In-process**: `jpushare_dispatch_cycle_seconds`, a Histogram the dispatcher feeds.
 
-Dispatcher hook (the dispatcher is written elsewhere; it only needs this):
+Dispatcher hook (`serve` calls it after each cycle with the cycle report's duration):
 
     metrics = ServiceMetrics()                       # or: metrics_of(app) / app's one
     app = create_app(sessions, metrics=metrics)      # the API exports the same registry
-    with metrics.time_dispatch_cycle():              # around one whole cycle, or
-        run_one_cycle()
-    metrics.observe_dispatch_cycle(seconds)          # with a duration measured elsewhere
+    metrics.observe_dispatch_cycle(seconds)          # one whole cycle's duration
 
 When the API and the dispatcher share a process, pass the same `ServiceMetrics` to both
 (`create_app(..., metrics=m)`, or take `jpushare.api.metrics_of(app)`): GET /metrics then
@@ -75,9 +73,7 @@ standby replicas export the leader's figures:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -332,15 +328,6 @@ class ServiceMetrics:
     def observe_dispatch_cycle(self, seconds: float) -> None:
         """Record one dispatcher cycle's duration (the dispatcher's hook)."""
         self.dispatch_cycle_seconds.observe(max(0.0, seconds))
-
-    @contextmanager
-    def time_dispatch_cycle(self) -> Iterator[None]:
-        """Time the block as one dispatcher cycle (recorded even if it raises)."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.observe_dispatch_cycle(time.perf_counter() - start)
 
     def collect_figures_from(self, read: Callable[[], MetricFigures]) -> None:
         """Export the database figures, read by `read` on each scrape (once per registry)."""

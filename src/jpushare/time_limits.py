@@ -14,7 +14,6 @@ Accepted forms (sbatch's `--time`, plus unit suffixes):
 
 from __future__ import annotations
 
-import math
 import re
 
 TIME_LIMIT_FORMS = (
@@ -72,16 +71,6 @@ def _parse(value: str) -> int | None:
         days, hours, minutes, secs = (int(g) if g else 0 for g in m.groups())
         return ((days * 24 + hours) * 60 + minutes) * 60 + secs
     return None
-
-
-def format_time_limit(seconds: float) -> str:
-    """Seconds as Slurm prints a limit: `HH:MM:SS`, or `D-HH:MM:SS` from a day on."""
-    s = max(0, math.ceil(seconds))
-    days, rest = divmod(s, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
 
 
 # --- a job ended by its limit ------------------------------------------------------------

@@ -86,8 +86,7 @@ def test_the_dispatcher_hook_shares_the_registry(sessions: sessionmaker[Session]
     app = create_app(sessions, metrics=metrics)
     assert metrics_of(app) is metrics
     metrics.observe_dispatch_cycle(0.02)
-    with metrics.time_dispatch_cycle():
-        pass
+    metrics.observe_dispatch_cycle(0.01)
     from fastapi.testclient import TestClient
 
     with TestClient(app) as client:

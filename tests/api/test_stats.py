@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from jpushare import store
+from jpushare.formats.cluster_file import ClusterSpec
+from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.model import Placement, Tier
-from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.engine import simulate
 from jpushare.sim.report import summary
-from jpushare.sim.trace_file import TraceJob
 from jpushare.store.schema import JobState
 from tests.api.conftest import ALL_BUSY, T0, ApiWorld
 from tests.api.test_metrics import sample

@@ -20,7 +20,7 @@ from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
-from jpushare.sim.cluster_file import parse_cluster
+from jpushare.formats.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.database import db_url, empty_db_url, engine, new_database, sessions  # noqa: F401
 
@@ -81,14 +81,14 @@ class Rig:
         self, user: str, num_gpus: int, command: str = "true", name: str | None = None
     ) -> int:
         with self.sessions.begin() as s:
-            job = store.submit_job(
+            job = store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=name or f"{user}-{num_gpus}",
                 command=command,
                 num_gpus=num_gpus,
                 now=store.utc_now(),
-            )
+            ).job
         return job.id
 
     def job(self, job_id: int) -> store.JobRecord:

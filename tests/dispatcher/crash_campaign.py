@@ -229,7 +229,7 @@ class Campaign:
 
     def submit(self, user: str, num_gpus: int, command: str, *, min_tier: str | None = None) -> int:
         with self.site.sessions.begin() as s:
-            return store.submit_job(
+            return store.submit(
                 s,
                 user_id=self.site.users[user].id,
                 name=f"crash-{user}-{num_gpus}",
@@ -238,7 +238,7 @@ class Campaign:
                 now=store.utc_now(),
                 min_tier=min_tier,
                 run=JobRun(workdir=str(self.site.work), environment={"PATH": "/usr/bin:/bin"}),
-            ).id
+            ).job.id
 
     def job(self, job_id: int) -> store.JobRecord:
         with self.site.sessions() as s:

@@ -120,14 +120,14 @@ class World:
 
     def submit(self, user: str, num_gpus: int, command: str) -> int:
         with self.sessions.begin() as s:
-            return store.submit_job(
+            return store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=f"{user}-{num_gpus}",
                 command=command,
                 num_gpus=num_gpus,
                 now=store.utc_now(),
-            ).id
+            ).job.id
 
     def job(self, job_id: int) -> store.JobRecord:
         with self.sessions() as s:

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-import jpushare.dispatcher.cycle as cycle_module
+import jpushare.dispatcher.record_runs as record_runs_module
 from jpushare import store
 from jpushare.store import run_reports
 from jpushare.store.run_reports import RunEnd
@@ -89,7 +89,7 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
         return real_end_jobs(session, ends)
 
     monkeypatch.setattr(store, "end_job", end_job)
-    monkeypatch.setattr(cycle_module, "end_jobs", end_jobs)
+    monkeypatch.setattr(record_runs_module, "end_jobs", end_jobs)
     report = rig.cycle()
     assert report.observed is not None
     assert rig.job(good).state == "COMPLETED"
@@ -97,6 +97,6 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
     assert rig.job(bad).reason != "half"
     assert waiting in report.dispatched.started
     monkeypatch.setattr(store, "end_job", real_end_job)
-    monkeypatch.setattr(cycle_module, "end_jobs", real_end_jobs)
+    monkeypatch.setattr(record_runs_module, "end_jobs", real_end_jobs)
     rig.cycle_until(rig.state_is(bad, "COMPLETED"), "the skipped end is recorded next cycle")
     rig.flag("waiting").touch()

@@ -319,7 +319,7 @@ def test_a_run_submitted_but_not_confirmed_is_confirmed_not_started_again(rig: R
 
 def test_a_run_stopped_at_its_time_limit_ends_failed_time_limit(rig: Rig) -> None:
     with rig.sessions.begin() as s:
-        job_id = store.submit_job(
+        job_id = store.submit(
             s,
             user_id=rig.users["alice"].id,
             name="long",
@@ -327,7 +327,7 @@ def test_a_run_stopped_at_its_time_limit_ends_failed_time_limit(rig: Rig) -> Non
             num_gpus=1,
             now=store.utc_now(),
             time_limit_s=0.3,
-        ).id
+        ).job.id
     rig.cycle_until(rig.state_is(job_id, "FAILED"), "the time limit ends the job")
     job = rig.job(job_id)
     assert job.reason is not None and job.reason.startswith("time limit")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jpushare.dispatcher.observe import stale_runs
+from jpushare.dispatcher.reconcile import stale_runs
 from jpushare.executors.base import RunInfo, RunState
 
 

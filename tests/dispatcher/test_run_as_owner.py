@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, run_cycle
 from jpushare.executors.local import LocalExecutor
+from jpushare.formats.cluster_file import parse_cluster
 from jpushare.run_settings import JobRun
-from jpushare.sim.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.dispatcher.conftest import CLUSTER_YAML, GPUS, TIMEOUT_S
 from tests.unix_accounts import MadeAccount, made_accounts, require_root
@@ -47,7 +47,7 @@ class Service:
 
     def submit(self, user: str, command: str, workdir: str, env: dict[str, str]) -> int:
         with self.sessions.begin() as s:
-            return store.submit_job(
+            return store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=f"{user}-job",
@@ -55,7 +55,7 @@ class Service:
                 num_gpus=1,
                 now=store.utc_now(),
                 run=JobRun(workdir=workdir, environment=env),
-            ).id
+            ).job.id
 
     def run_to_end(self, job_id: int) -> store.JobRecord:
         deps = CycleDeps(self.sessions, self.executor)

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
 from jpushare.executors.slurm import SlurmExecutor
-from jpushare.sim.cluster_file import load_cluster
+from jpushare.formats.cluster_file import load_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.database import new_database
 from tests.executors.live_slurm import (
@@ -106,7 +106,7 @@ class SlurmRig:
 
     def submit(self, user: str, num_gpus: int, command: str, *, min_tier: str | None = None) -> int:
         with self.sessions.begin() as s:
-            job = store.submit_job(
+            job = store.submit(
                 s,
                 user_id=self.users[user].id,
                 name=f"{user}-{num_gpus}",
@@ -114,7 +114,7 @@ class SlurmRig:
                 num_gpus=num_gpus,
                 now=store.utc_now(),
                 min_tier=min_tier,
-            )
+            ).job
         return job.id
 
     def job(self, job_id: int) -> store.JobRecord:

@@ -6,7 +6,6 @@ fake cluster (jobs.env names the Slurm job id of each provoked case). No cluster
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -27,16 +26,11 @@ from jpushare.executors.slurm_parse import (
     gpus_by_type,
     parse_exit_code,
     parse_gres,
-    parse_kv_line,
     parse_node_state,
     parse_run_name,
     parse_sbatch,
-    parse_scontrol_jobs,
-    parse_scontrol_nodes,
     parse_sinfo,
-    parse_sinfo_json,
     parse_squeue,
-    parse_squeue_json,
     parse_time,
     parse_tres_per_node,
     run_name,
@@ -81,18 +75,13 @@ def test_the_capture_script_uses_the_parsers_format_strings() -> None:
 
 # --------------------------------------------------------------------------- nodes
 
-NODE_PARSERS = {
-    "sinfo text": lambda snap: parse_sinfo(fixture(f"sinfo-{snap}.txt")),
-    "sinfo --json": lambda snap: parse_sinfo_json(fixture(f"sinfo-{snap}.json")),
-    "scontrol -d show node -o": lambda snap: parse_scontrol_nodes(
-        fixture(f"scontrol-nodes-{snap}.txt")
-    ),
-}
+
+def sinfo(snap: str) -> list[SlurmNode]:
+    return parse_sinfo(fixture(f"sinfo-{snap}.txt"))
 
 
-@pytest.mark.parametrize("parser", NODE_PARSERS)
-def test_an_idle_cluster_has_the_fake_layout_all_free_and_up(parser: str) -> None:
-    nodes = NODE_PARSERS[parser]("idle")
+def test_an_idle_cluster_has_the_fake_layout_all_free_and_up() -> None:
+    nodes = sinfo("idle")
 
     assert [(n.name, dict(n.gpus), n.partitions, n.state) for n in nodes] == [
         ("node-a", {"rtx4090": 2}, ("gpu",), NodeState.UP),
@@ -104,11 +93,10 @@ def test_an_idle_cluster_has_the_fake_layout_all_free_and_up(parser: str) -> Non
     assert all(n.reason is None for n in nodes)
 
 
-@pytest.mark.parametrize("parser", NODE_PARSERS)
-def test_a_busy_cluster_counts_every_jobs_gpus_and_unschedulable_nodes(parser: str) -> None:
+def test_a_busy_cluster_counts_every_jobs_gpus_and_unschedulable_nodes() -> None:
     # node-a: a 2-GPU JPU-Share job; node-b: draining under the TIMEOUT job; node-c: a
     # foreign job on 2 rtx5090 and a JPU-Share job on 1 rtx4090; node-d: set down.
-    nodes = by_name(NODE_PARSERS[parser]("busy"))
+    nodes = by_name(sinfo("busy"))
 
     assert dict(nodes["node-a"].gpus_used) == {"rtx4090": 2}
     assert nodes["node-a"].state is NodeState.UP
@@ -123,9 +111,8 @@ def test_a_busy_cluster_counts_every_jobs_gpus_and_unschedulable_nodes(parser: s
     assert nodes["node-d"].partitions == ("gpu", "legacy")
 
 
-@pytest.mark.parametrize("parser", NODE_PARSERS)
-def test_a_drained_node_stays_unschedulable_once_its_job_is_gone(parser: str) -> None:
-    nodes = by_name(NODE_PARSERS[parser]("drained"))
+def test_a_drained_node_stays_unschedulable_once_its_job_is_gone() -> None:
+    nodes = by_name(sinfo("drained"))
 
     assert nodes["node-b"].state is NodeState.DRAIN
     assert dict(nodes["node-b"].gpus_used) == {"rtx5090": 0}
@@ -133,12 +120,8 @@ def test_a_drained_node_stays_unschedulable_once_its_job_is_gone(parser: str) ->
 
 def test_the_state_words_slurm_printed_are_kept_for_people() -> None:
     text = {n.name: n.state_text for n in parse_sinfo(fixture("sinfo-busy.txt"))}
-    scontrol = {
-        n.name: n.state_text for n in parse_scontrol_nodes(fixture("scontrol-nodes-drained.txt"))
-    }
 
     assert text == {"node-a": "mixed", "node-b": "draining", "node-c": "mixed", "node-d": "down"}
-    assert scontrol["node-b"] == "IDLE+DRAIN"
 
 
 NODE_STATES = {
@@ -180,36 +163,6 @@ NODE_STATES = {
 @pytest.mark.parametrize(("text", "want"), NODE_STATES.items())
 def test_a_node_state_word_maps_to_up_drain_or_down(text: str, want: NodeState) -> None:
     assert parse_node_state(text) is want
-
-
-def test_json_node_states_combine_the_state_with_its_flags() -> None:
-    assert parse_node_state(["mixed", "DRAIN"]) is NodeState.DRAIN  # 22.05 state + state_flags
-    assert parse_node_state(["IDLE", "DRAIN"]) is NodeState.DRAIN  # 23.02+ list
-    assert parse_node_state(["IDLE", "NOT_RESPONDING"]) is NodeState.DOWN
-    assert parse_node_state(["ALLOCATED"]) is NodeState.UP
-
-
-def test_later_json_with_list_states_parses() -> None:
-    later = {
-        "nodes": [
-            {
-                "name": "n1",
-                "state": ["MIXED", "DRAIN"],
-                "gres": "gpu:h100:8(S:0-1)",
-                "gres_used": "gpu:h100:3(IDX:0,2,5)",
-                "partitions": ["big"],
-                "reason": "fan",
-            }
-        ]
-    }
-
-    (node,) = parse_sinfo_json(json.dumps(later))
-
-    assert (node.state, dict(node.gpus), dict(node.gpus_used)) == (
-        NodeState.DRAIN,
-        {"h100": 8},
-        {"h100": 3},
-    )
 
 
 # ---------------------------------------------------------------------------- GRES
@@ -281,7 +234,7 @@ def test_a_refusal_keeps_sbatchs_own_sentence(name: str, want: str) -> None:
 # ---------------------------------------------------------------------- exit codes
 
 
-def test_scontrol_exit_codes_are_code_and_signal() -> None:
+def test_sacct_exit_codes_are_code_and_signal() -> None:
     assert parse_exit_code("3:0") == ExitStatus(3, 0)
     assert parse_exit_code("0:9") == ExitStatus(0, 9)
     assert parse_exit_code("0:125") == ExitStatus(0, 125)
@@ -315,39 +268,22 @@ ENDED = {
     "RQ": ("PENDING", "BeginTime", None, ExitStatus(0, 0)),  # requeued by Slurm
 }
 
-JOB_PARSERS = {
-    "squeue text": lambda snap: parse_squeue(fixture(f"squeue-{snap}.txt"), UTC),
-    "squeue --json": lambda snap: parse_squeue_json(fixture(f"squeue-{snap}.json")),
-    "scontrol show job -o": lambda snap: parse_scontrol_jobs(
-        fixture(f"scontrol-jobs-{snap}.txt"), UTC
-    ),
-}
+
+def squeue(snap: str) -> list[SlurmJob]:
+    return parse_squeue(fixture(f"squeue-{snap}.txt"), UTC)
 
 
-@pytest.mark.parametrize("parser", JOB_PARSERS)
 @pytest.mark.parametrize("case", ENDED)
-def test_every_provoked_job_state_parses(parser: str, case: str) -> None:
-    job = by_id(JOB_PARSERS[parser]("ended"))[job_ids()[case]]
+def test_every_provoked_job_state_parses(case: str) -> None:
+    job = by_id(squeue("ended"))[job_ids()[case]]
     state, reason, node, exit_status = ENDED[case]
 
     assert (job.state, job.reason, job.nodes) == (state, reason, node)
     assert job.exit == exit_status
 
 
-def test_the_three_job_listings_agree_on_times() -> None:
-    text = by_id(JOB_PARSERS["squeue text"]("ended"))
-    listings = [by_id(JOB_PARSERS[p]("ended")) for p in ("squeue --json", "scontrol show job -o")]
-    for case, (state, *_rest) in ENDED.items():
-        sid = job_ids()[case]
-        for other in listings:
-            assert other[sid].submitted_at == text[sid].submitted_at, case
-            if state not in ("PENDING", "RUNNING"):  # others print estimates
-                assert other[sid].started_at == text[sid].started_at, case
-                assert other[sid].ended_at == text[sid].ended_at, case
-
-
 def test_a_running_job_has_its_start_time_and_no_end() -> None:
-    jobs = by_id(JOB_PARSERS["squeue text"]("busy"))
+    jobs = by_id(squeue("busy"))
     run = jobs[job_ids()["RUN"]]
 
     assert run.state == "RUNNING"
@@ -357,7 +293,7 @@ def test_a_running_job_has_its_start_time_and_no_end() -> None:
 
 
 def test_a_job_pending_on_resources_says_so() -> None:
-    pending = by_id(JOB_PARSERS["squeue text"]("busy"))[job_ids()["P"]]
+    pending = by_id(squeue("busy"))[job_ids()["P"]]
 
     assert (pending.state, pending.reason, pending.nodes, pending.started_at) == (
         "PENDING",
@@ -409,53 +345,6 @@ def test_a_job_name_with_separators_in_it_is_kept_whole() -> None:
     (job,) = parse_squeue(line, UTC)
 
     assert job.name == "a|b c" and job.gpu is None
-
-
-def test_scontrol_key_values_keep_spaces_inside_values() -> None:
-    kv = parse_kv_line(
-        "NodeName=n1 Gres=gpu:a:2 State=DOWN+DRAIN Reason=fan broken [root@2026-11-30T22:36:02] "
-        "OS=Linux 6.1 #1 SMP  RealMemory=1 Comment= TRES=cpu=1,mem=500M"
-    )
-
-    assert kv["Reason"] == "fan broken [root@2026-11-30T22:36:02]"
-    assert kv["OS"] == "Linux 6.1 #1 SMP"
-    assert kv["Comment"] == ""
-    assert kv["TRES"] == "cpu=1,mem=500M"
-    (node,) = parse_scontrol_nodes(
-        "NodeName=n1 Gres=gpu:a:2 GresUsed=gpu:a:1(IDX:0) State=DOWN+DRAIN "
-        "Reason=fan broken [root@2026-11-30T22:36:02] Partitions=p,q"
-    )
-    assert (node.reason, node.state, node.partitions) == ("fan broken", NodeState.DOWN, ("p", "q"))
-
-
-def test_later_json_job_shapes_parse() -> None:
-    later = {
-        "jobs": [
-            {
-                "job_id": 5,
-                "name": "jps-x-1",
-                "job_state": ["FAILED"],
-                "state_reason": "NonZeroExitCode",
-                "nodes": "n1",
-                "start_time": {"set": True, "infinite": False, "number": 100},
-                "end_time": {"set": True, "infinite": False, "number": 160},
-                "exit_code": {
-                    "status": ["EXITED"],
-                    "return_code": {"set": True, "infinite": False, "number": 3},
-                    "signal": {"id": {"set": False, "infinite": False, "number": 0}},
-                },
-            }
-        ]
-    }
-
-    (job,) = parse_squeue_json(json.dumps(later))
-
-    assert (job.state, job.started_at, job.ended_at, job.exit) == (
-        "FAILED",
-        100.0,
-        160.0,
-        ExitStatus(3, 0),
-    )
 
 
 # ---------------------------------------------------------------- runs and logs

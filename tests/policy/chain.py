@@ -4,7 +4,7 @@ A stand-in for the shell, small enough to be obviously right: `apply` records on
 decisions (dispatched jobs leave the queue and their GPUs become busy; reservations start,
 grow, are released and are accrued up to the cycle's `now`), and `advance` moves the
 clock and applies what happened outside the policy (jobs ending, nodes going down, usage
-changes, submissions). Lab usage never moves here: it is charged at job end, by the test.
+changes, submissions). Lab usage never moves here: it is charged at job end, by the test (`charge`).
 """
 
 from __future__ import annotations
@@ -95,6 +95,13 @@ def advance(
     queue = tuple(j for j in snapshot.queue if j.job_id not in gone) + tuple(submit)
     usage = dict(lab_usage) if lab_usage is not None else dict(snapshot.lab_usage)
     return replace(snapshot, now=now, placements=tuple(placements), queue=queue, lab_usage=usage)
+
+
+def charge(lab_usage: Mapping[str, float], lab: str, tflop_s: float) -> dict[str, float]:
+    """A new usage map with `tflop_s` added to `lab` (what the shell does at a job's end)."""
+    out = dict(lab_usage)
+    out[lab] = out.get(lab, 0.0) + tflop_s
+    return out
 
 
 def job(snapshot: Snapshot, job_id: str) -> QueuedJob:

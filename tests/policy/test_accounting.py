@@ -18,7 +18,6 @@ from jpushare.policy import (
     decide,
 )
 from jpushare.policy.accounting import (
-    charge,
     gpu_cost,
     job_bill,
     reservation_accrual,
@@ -50,17 +49,6 @@ def test_reservation_accrual_and_run_cost_measure_the_span_between_their_two_tim
 def test_the_bill_is_run_plus_reservation_with_no_discount_and_no_cap() -> None:
     assert job_bill(99_120.0, 49_560.0) == 148_680.0
     assert job_bill(0.0, 10.0**12) == 10.0**12  # no cap (design note 3.5)
-
-
-def test_charge_returns_a_new_map_and_leaves_the_old_one_alone() -> None:
-    usage = {"BCG": 24_000.0}
-
-    after = charge(usage, "BCG", 24_780.0)
-    new_lab = charge(after, "KDG", 5.0)
-
-    assert usage == {"BCG": 24_000.0}
-    assert after == {"BCG": 48_780.0}
-    assert new_lab == {"BCG": 48_780.0, "KDG": 5.0}  # a lab without usage starts at 0
 
 
 def _reserving(now: float, reservation: Reservation, busy: int) -> Snapshot:

@@ -30,11 +30,11 @@ from jpushare.policy import (
     default_min_sort_order,
     escalate,
 )
-from jpushare.policy.accounting import charge, job_bill, reservation_accrual, run_cost
+from jpushare.policy.accounting import job_bill, reservation_accrual, run_cost
 from jpushare.policy.fit import Alternative, FitReport
 from jpushare.policy.oom import Escalation
 from jpushare.policy.order import PlacementOrder
-from tests.policy.chain import advance, apply, job
+from tests.policy.chain import advance, apply, charge, job
 
 RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
 RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)

@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.config import ConfigError
+from jpushare.formats.cluster_file import load_cluster
 from jpushare.service.__main__ import main
 from jpushare.service.account_rule import check_service_account
 from jpushare.service.demo import ADMIN_USER, prepare_demo, user_name
-from jpushare.sim.cluster_file import load_cluster
 from tests.dispatcher.conftest import CLUSTER_YAML
 from tests.unix_accounts import make_accounts, require_root_and_munge
 

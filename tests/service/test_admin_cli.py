@@ -43,9 +43,9 @@ def test_init_loads_the_cluster_once_and_is_idempotent(
     sessions = store.make_sessionmaker(engine)
     with sessions.begin() as s:
         user = store.create_user(s, "u", "alpha", "student", store.utc_now())
-        job = store.submit_job(
+        job = store.submit(
             s, user_id=user.id, name="j", command="true", num_gpus=1, now=store.utc_now()
-        )
+        ).job
         set_lab_usage(s, "alpha", 9999.0)  # usage since: a second init must not reset it
     code, out, _ = run(capsys, "init", "--cluster", str(cluster))
     assert code == 0

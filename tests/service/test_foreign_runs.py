@@ -17,8 +17,8 @@ from jpushare.config import ConfigError, load_settings
 from jpushare.executors.base import LaunchSpec, RunState
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
+from jpushare.formats.cluster_file import parse_cluster
 from jpushare.service.serve import build_executor, check_foreign_runs
-from jpushare.sim.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from tests.executors.contract import wait_for
 
@@ -52,7 +52,7 @@ def new_database(sessions: sessionmaker[Session]) -> int:
     with sessions.begin() as s:
         load_cluster_spec(s, parse_cluster(CLUSTER_YAML), now)
         user = store.create_user(s, "alice", "alpha", "student", now)
-        job = store.submit_job(s, user_id=user.id, name="new", command="true", num_gpus=1, now=now)
+        job = store.submit(s, user_id=user.id, name="new", command="true", num_gpus=1, now=now).job
     return job.id
 
 

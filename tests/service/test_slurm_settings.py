@@ -14,8 +14,8 @@ from jpushare import store
 from jpushare.config import ConfigError, load_settings, parse_gpu_types
 from jpushare.executors.base import RunInfo
 from jpushare.executors.slurm import CommandResult, SlurmExecutor
+from jpushare.formats.cluster_file import load_cluster
 from jpushare.service.serve import build_executor, check_foreign_runs, gpu_type_to_tier
-from jpushare.sim.cluster_file import load_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
 from jpushare.store.schema import Job
 from tests.executors.test_slurm_commands import ScriptedSlurm, ok
@@ -120,7 +120,7 @@ def sessions(tmp_path: Path) -> sessionmaker[Session]:
     with factory.begin() as s:
         load_cluster_spec(s, load_cluster(REPO / "examples" / "slurm-cluster.yaml"), now)
         user = store.create_user(s, "alice", "NLP", "student", now)
-        store.submit_job(s, user_id=user.id, name="one", command="true", num_gpus=1, now=now)
+        store.submit(s, user_id=user.id, name="one", command="true", num_gpus=1, now=now)
     return factory
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+from jpushare.formats.cluster_file import ClusterSpec, NodeEvent
+from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.model import Placement, Tier
-from jpushare.sim.cluster_file import ClusterSpec, NodeEvent
-from jpushare.sim.trace_file import TraceJob
 
 WEAK = Tier("weak", 10.0, 10)
 MID = Tier("mid", 20.0, 20)

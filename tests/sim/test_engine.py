@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from jpushare.formats.cluster_file import NodeEvent
 from jpushare.policy.decide import RankedQueue, decide, queue_order
 from jpushare.policy.model import Decisions, QueuedJob, ReleaseReason, Snapshot
 from jpushare.policy.order import IndexedPlacements, PlacementOrder
 from jpushare.policy.peers import POLICIES
-from jpushare.sim.cluster_file import NodeEvent
 from jpushare.sim.engine import Attempt, AttemptEnd, JobRecord, JobState, SimResult, simulate
 from jpushare.sim.report import jobs_csv
 from tests.sim.builders import cluster, job, random_case

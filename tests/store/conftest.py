@@ -69,7 +69,7 @@ def submit(
 ) -> int:
     """Submit a job in its own transaction; its id."""
     with world.sessions.begin() as s:
-        job = store.submit_job(
+        job = store.submit(
             s,
             user_id=user.id,
             name=f"{user.name}-{num_gpus}",
@@ -77,7 +77,7 @@ def submit(
             num_gpus=num_gpus,
             now=at(seconds),
             min_tier=min_tier,
-        )
+        ).job
     return job.id
 
 

@@ -17,7 +17,7 @@ ONE_FREE = {**ALL_BUSY, ("node-b", "rtx4090"): 3}
 
 def _submit(world: World, run: JobRun) -> int:
     with world.sessions.begin() as s:
-        return store.submit_job(
+        return store.submit(
             s,
             user_id=world.alice.id,
             name="j",
@@ -25,7 +25,7 @@ def _submit(world: World, run: JobRun) -> int:
             num_gpus=1,
             now=at(0),
             run=run,
-        ).id
+        ).job.id
 
 
 def test_the_dispatch_carries_the_owner_and_how_the_job_runs(world: World) -> None:

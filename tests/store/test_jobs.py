@@ -43,7 +43,7 @@ def test_s13_no_fit_placement_is_rejected_with_the_report_and_stores_nothing(
     world: World,
 ) -> None:
     with world.sessions.begin() as s, pytest.raises(store.NoFitPlacement) as caught:
-        store.submit_job(
+        store.submit(
             s,
             user_id=world.alice.id,
             name="big",
@@ -61,7 +61,7 @@ def test_s13_no_fit_placement_is_rejected_with_the_report_and_stores_nothing(
 @pytest.mark.parametrize("num_gpus", [0, 9, -1])
 def test_num_gpus_outside_1_to_8_is_invalid_for_every_role(world: World, num_gpus: int) -> None:
     with world.sessions.begin() as s, pytest.raises(store.InvalidRequest):
-        store.submit_job(s, user_id=world.root.id, name="x", command="x", num_gpus=num_gpus, now=T0)
+        store.submit(s, user_id=world.root.id, name="x", command="x", num_gpus=num_gpus, now=T0)
     assert _count(world) == (0, 0)
 
 
@@ -74,11 +74,11 @@ def test_a_student_may_ask_for_as_many_gpus_as_fit(world: World) -> None:
 def test_unknown_tier_user_or_job(world: World) -> None:
     with world.sessions.begin() as s:
         with pytest.raises(store.InvalidRequest, match="unknown tier"):
-            store.submit_job(
+            store.submit(
                 s, user_id=world.bob.id, name="x", command="x", num_gpus=1, now=T0, min_tier="k80"
             )
         with pytest.raises(store.NotFound):
-            store.submit_job(s, user_id=999, name="x", command="x", num_gpus=1, now=T0)
+            store.submit(s, user_id=999, name="x", command="x", num_gpus=1, now=T0)
         with pytest.raises(store.NotFound):
             store.get_job(s, 999)
         with pytest.raises(store.NotFound):
@@ -115,11 +115,11 @@ def test_times_are_aware_utc_and_naive_times_are_refused(world: World) -> None:
     with pytest.raises(ValueError):
         store.to_epoch(naive)
     with world.sessions.begin() as s, pytest.raises((ValueError, StatementError)):
-        store.submit_job(s, user_id=world.alice.id, name="x", command="x", num_gpus=1, now=naive)
+        store.submit(s, user_id=world.alice.id, name="x", command="x", num_gpus=1, now=naive)
     local = T0.astimezone(timezone(timedelta(hours=9)))  # the same instant, in Seoul
     job_id = submit(world, world.alice, 1)
     with world.sessions.begin() as s:
-        store.submit_job(s, user_id=world.alice.id, name="y", command="y", num_gpus=1, now=local)
+        store.submit(s, user_id=world.alice.id, name="y", command="y", num_gpus=1, now=local)
         job = store.get_job(s, job_id)
         later = store.list_jobs(s)[0]
     assert job.submitted_at.tzinfo is not None and job.submitted_at.utcoffset() == timedelta(0)

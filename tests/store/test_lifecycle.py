@@ -133,30 +133,19 @@ def test_node_failure_requeues_without_escalation(world: World) -> None:
     assert _usage(world, "alpha") == pytest.approx(20 * 34.1)
 
 
-def test_undo_dispatch_returns_the_job_to_the_queue_and_fail_dispatch_fails_it(
-    world: World,
-) -> None:
-    first = submit(world, world.alice, 1, seconds=1)
-    second = submit(world, world.bob, 1, seconds=2)
+def test_fail_dispatch_fails_a_refused_job_once_and_charges_nothing(world: World) -> None:
+    job = submit(world, world.bob, 1, seconds=2)
     free_two = {**ALL_BUSY, ("node-a", "rtx3080ti"): 2}
     _, recorded = run_cycle(world, 5, free_two)
-    assert {d.job_id for d in recorded.dispatched} == {first, second}
+    assert [d.job_id for d in recorded.dispatched] == [job]
     with world.sessions.begin() as s:
-        undone = store.undo_dispatch(s, first, at(6), "sbatch: node-a not responding", attempt=1)
-        assert store.undo_dispatch(s, first, at(6), "again") is None
-        failed = store.fail_dispatch(s, second, at(6), "sbatch: invalid partition", attempt=1)
-        assert store.fail_dispatch(s, second, at(7), "again") is None
-    assert undone is not None and failed is not None
-    assert (undone.state, undone.node_name, undone.queue_entered_at) == (
-        "GLOBAL_QUEUE_WAIT",
-        None,
-        at(1),
-    )
-    assert undone.attempts == 1  # the next run is attempt 2: no clash with a ghost
+        failed = store.fail_dispatch(s, job, at(6), "sbatch: invalid partition", attempt=1)
+        assert store.fail_dispatch(s, job, at(7), "again") is None
+    assert failed is not None
     assert (failed.job.state, failed.job.reason) == ("FAILED", "sbatch: invalid partition")
     assert failed.charged_tflop_s == 0.0
     _, recorded = run_cycle(world, 10, free_two)
-    assert [(d.job_id, d.attempt) for d in recorded.dispatched] == [(first, 2)]
+    assert recorded.dispatched == ()
 
 
 def test_s11_cancel_during_a_reservation_charges_the_accrued_cost(world: World) -> None:

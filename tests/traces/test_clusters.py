@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jpushare.sim.cluster_file import load_cluster
-from jpushare.sim.trace_file import check_tiers, parse_trace
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import check_tiers, parse_trace
 from jpushare.traces import DAY_S, format_trace
 from jpushare.traces.alibaba import TIER_BY_MODEL, AlibabaOptions, load_alibaba
 from jpushare.traces.clusters import (

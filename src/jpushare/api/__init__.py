@@ -2,8 +2,8 @@
 
 Modules: `app` (the factory), `routes/` (handlers, one module per area), `schemas` (bodies),
 `deps` (session, user and context dependencies), `errors` (the error envelope), `why` (the
-queue and "why" answers from the pure policy), `permissions`, `queries` (read-only SQL the
-store does not offer).
+queue and "why" answers from the pure policy), `permissions`, `figures` (GPU counts and
+the /metrics figures, from the store's reads). No SQL: every query is the store's.
 """
 
 from jpushare.api.app import create_app, metrics_of

@@ -11,6 +11,7 @@
         max_body_bytes: int = 1 MiB,
         only_unix_user: str | None = None,
         placement_order: PlacementOrder = PlacementOrder.PACK,
+        policy: NamedPolicy = decide,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -27,6 +28,8 @@
   (`service.account_rule`): new users of any other account get 422 ACCOUNT_NOT_SERVED.
 - `placement_order`: the dispatcher's dispatch order (`JPUSHARE_PLACEMENT`), so that "why"
   and the queue answer with the placements the next cycle will choose.
+- `policy`: the dispatcher's policy (`JPUSHARE_POLICY`), which "why", the queue and the
+  start estimates project.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -45,11 +48,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.api import queries
 from jpushare.api.body_limit import BodyLimit, BodyTooLarge
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
 from jpushare.api.estimates import StartEstimateCache
+from jpushare.api.figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
@@ -57,7 +60,8 @@ from jpushare.config import DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.munge import default_munge
-from jpushare.policy import PlacementOrder
+from jpushare.policy import PlacementOrder, decide
+from jpushare.policy.peers import NamedPolicy
 from jpushare.store.times import utc_now
 
 API_VERSION = "1"
@@ -117,6 +121,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     only_unix_user: str | None = None,
     placement_order: PlacementOrder = PlacementOrder.PACK,
+    policy: NamedPolicy = decide,
     cycle_s: float = 5.0,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
@@ -130,7 +135,7 @@ def create_app(
     def read_figures() -> MetricFigures:  # a scrape only reads: no write lock on SQLite
         with read_sessions.begin() as session:
             placements = store.placements(session, busy(session))
-            return queries.metric_figures(session, placements, now=clock())
+            return metric_figures(session, placements, now=clock())
 
     service_metrics.collect_figures_from(read_figures)
 
@@ -154,7 +159,8 @@ def create_app(
         munge=munge,
         only_unix_user=only_unix_user,
         placement_order=placement_order,
-        start_estimates=StartEstimateCache(cycle_s, placement_order),
+        policy=policy,
+        start_estimates=StartEstimateCache(cycle_s, placement_order, policy=policy),
     )
     install_error_handlers(app)
 

@@ -37,7 +37,8 @@ from jpushare.api.estimates import StartEstimateCache, load_inputs
 from jpushare.api.munge_auth import MungeSignIn, body_of_munge_request, munge_user
 from jpushare.executors.base import Executor
 from jpushare.metrics import ServiceMetrics
-from jpushare.policy import PlacementOrder, Snapshot
+from jpushare.policy import PlacementOrder, Snapshot, decide
+from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.estimate import StartEstimates
 from jpushare.store.cycle import QueueMemo
 from jpushare.store.records import UserRecord
@@ -61,6 +62,7 @@ class ApiContext:
     munge: MungeSignIn | None = None  # None: MUNGE credentials are refused (tokens only)
     only_unix_user: str | None = None  # a service that is not root serves this account only
     placement_order: PlacementOrder = PlacementOrder.PACK  # the dispatcher's (SPEC §1)
+    policy: NamedPolicy = decide  # the dispatcher's (JPUSHARE_POLICY)
     # One start-estimate forecast per cycle, shared by the requests of this process.
     start_estimates: StartEstimateCache = field(default_factory=StartEstimateCache)
     queue_memo: QueueMemo = field(default_factory=QueueMemo)  # GET /v1/queue's snapshots

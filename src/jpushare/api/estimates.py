@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from jpushare.policy import PlacementOrder, Snapshot
+from jpushare.policy import PlacementOrder, Snapshot, decide
+from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.estimate import (
     EstimateBasis,
     JobOwner,
@@ -67,11 +68,13 @@ class StartEstimateCache:
         cycle_s: float = 5.0,
         placement_order: PlacementOrder = PlacementOrder.PACK,
         *,
+        policy: NamedPolicy = decide,
         max_jobs: int = MAX_FORECAST_JOBS,
         max_cycles: int = MAX_FORECAST_CYCLES,
     ) -> None:
         self.cycle_s = cycle_s
         self.placement_order = placement_order
+        self.policy = policy
         self.max_jobs = max_jobs
         self.max_cycles = max_cycles
         self.forecasts = 0  # how many were computed (tests, metrics)
@@ -101,6 +104,7 @@ class StartEstimateCache:
                     snapshot,
                     owners,
                     RunHistory(runs),
+                    policy=self.policy,
                     placement=self.placement_order,
                     cycle_s=self.cycle_s,
                     max_cycles=self.max_cycles,

@@ -1,8 +1,8 @@
 """A job's attempts and reservations, rebuilt from its `job_events` (`jpushare show`).
 
 No I/O: the events in, the answer out. An attempt opens with `dispatched` (node, tier,
-attempt number) and closes with the event that ended it: completed, failed, cancelled, an
-OOM or node-failure requeue, or a dispatch undone; a reservation opens with
+attempt number) and closes with the event that ended it: completed, failed, cancelled, or
+an OOM or node-failure requeue; a reservation opens with
 `reservation_started` and closes with `released` (its reason and hold).
 """
 
@@ -22,7 +22,6 @@ _OUTCOMES: dict[str, str] = {
     EventKind.CANCELLED.value: "CANCELLED",
     EventKind.OOM_REQUEUED.value: "OOM_REQUEUED",
     EventKind.NODE_FAIL_REQUEUED.value: "NODE_FAIL_REQUEUED",
-    EventKind.DISPATCH_UNDONE.value: "DISPATCH_UNDONE",
 }
 
 

@@ -250,7 +250,7 @@ class AttemptPublic(BaseModel):
     ended_at: datetime | None
     outcome: str = Field(
         description="COMPLETED, FAILED, CANCELLED, OOM_REQUEUED, NODE_FAIL_REQUEUED, "
-        "DISPATCH_UNDONE, or DISPATCHED / RUNNING while it lasts"
+        "or DISPATCHED / RUNNING while it lasts"
     )
     exit_code: int | None
     reason: str | None

@@ -3,13 +3,14 @@
 Facts come from the database as the last cycle and the requests since left it, read once
 into a `store.load_snapshot` (one statement for the queue with its reservations, so they
 agree with each other at any instant): the rank order, each job's reservation and since
-when, busy GPUs from the dispatcher's last observation. The projection is `decide()` run
-on that same snapshot: what the next cycle would do if nothing changed before it runs
-(nothing is recorded: the decisions are only read). Answers state the facts and phrase
+when, busy GPUs from the dispatcher's last observation. The projection is the dispatcher's
+policy (`decide`, or the peer `JPUSHARE_POLICY` names) run on that same snapshot: what the
+next cycle would do if nothing changed before it runs (nothing is recorded: the decisions
+are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
-figures with the same `queries.placement_counts`. A job that is not queued gets its state
-and what its `job_events` history says (where it runs, how it ended, OOM retries, undone
-dispatches).
+figures with the same `figures.placement_counts`. A job that is not queued gets its state
+and what its `job_events` history says (where it runs, how it ended, OOM retries,
+requeues after a node failure).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jpushare.api.estimates import JobEstimate, job_estimate
-from jpushare.api.queries import placement_counts
+from jpushare.api.figures import placement_counts
 from jpushare.api.schemas import (
     BlockingPublic,
     DispatchPublic,
@@ -50,6 +51,7 @@ from jpushare.policy import (
     decide,
 )
 from jpushare.policy.fit import fit_placements
+from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.estimate import StartEstimates
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
@@ -85,9 +87,12 @@ class QueueView:
 
     @classmethod
     def of(
-        cls, snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+        cls,
+        snapshot: Snapshot,
+        placement_order: PlacementOrder = PlacementOrder.PACK,
+        policy: NamedPolicy = decide,
     ) -> QueueView:
-        decisions = decide(snapshot, placement_order)
+        decisions = policy(snapshot, placement_order)
         held: dict[PlacementKey, list[QueuedJob]] = defaultdict(list)
         for job in sorted(snapshot.queue, key=lambda q: int(q.job_id)):
             if job.reservation is not None:
@@ -433,11 +438,6 @@ def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
             notes.append(
                 f"node {d.get('node', '?')} failed under attempt {d.get('attempt', '?')} at "
                 f"{when(e.at)}; requeued"
-            )
-        elif e.kind == EventKind.DISPATCH_UNDONE.value:
-            notes.append(
-                f"dispatch to {d.get('node', '?')} ({d.get('tier', '?')}) undone at {when(e.at)}:"
-                f" {d.get('reason', 'no reason given')}"
             )
         elif e.kind == EventKind.RELEASED.value and d.get("reason") in ("r3", "r5"):
             why = (

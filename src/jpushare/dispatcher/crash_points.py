@@ -6,7 +6,7 @@ that point, so the tests can prove that a process killed there neither loses a j
 starts it twice once restarted. SIGKILL, not an exception or `sys.exit`: nothing runs after
 it (no `finally`, no commit, no atexit), as with a real kill or power loss.
 
-Points (see `cycle.py` for where each is):
+Points (see `cycle.py` and `launch.py` for where each is):
 - `after_observe`: the observation is committed, nothing decided yet;
 - `in_record`: the decisions are written in the recording transaction, not committed
   (its row locks held; on PostgreSQL the server ends the transaction once it has idled

@@ -1,181 +1,181 @@
-"""Step 1 of a dispatcher cycle, the pure half: what the executor's view means for our jobs.
+"""Step 1 of a dispatcher cycle: observe the executor and record what it says.
 
-No I/O. Inputs are the executor's inventory and runs and the store's jobs; outputs are the
-busy GPUs per placement (what the policy sees), the transitions to record, and the runs
-that must be stopped because their job no longer wants them (cancelled through the API,
-possibly by another process, or requeued while a run of an older attempt lingers).
+1. `read_executor`: the inventory and the runs (no transaction open); for a started job
+   whose run the executor no longer lists, what became of it, if the executor can say
+   (`resolve_lost_runs`).
+2. `record_observation`, ONE transaction: sync the inventory and node states (when they
+   changed, `InventoryMemo`), record every run transition with its charge
+   (`record_runs`: RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
+   TIMEOUT end the job and charge its lab; OOM requeues with escalation; NODE_FAIL
+   requeues), settle the runs of cancelled jobs that have now really ended, confirm runs
+   whose id was never recorded, and store the busy GPUs per placement for the API.
+3. `stop_stale_runs`, outside it: stop runs whose job no longer wants them (a cancel the
+   API recorded). The jobs recorded DISPATCHED that the executor has no run for (a crash
+   between record and submit) are `Observed.resubmit`: the cycle launches them again.
+
+What the executor's view means (transitions, busy GPUs, stale runs) is decided by the pure
+`dispatcher.reconcile`; this module reads and writes around it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from datetime import datetime
 
-from jpushare.executors.base import GpuGroup, NodeState, RunInfo, RunState
+from sqlalchemy.orm import Session
 
+from jpushare import store
+from jpushare.dispatcher.deps import CycleDeps, InventoryMemo
+from jpushare.dispatcher.job_ids import job_id, row_id
+from jpushare.dispatcher.reconcile import (
+    ActiveJob,
+    busy_by_placement,
+    stale_runs,
+    tier_of,
+    transitions,
+)
+from jpushare.dispatcher.record_runs import RunChange, record_transitions, settle_cancelled_runs
+from jpushare.executors.base import GpuGroup, ResolvesLostRuns, RunInfo
+from jpushare.store.observations import (
+    active_jobs,
+    dispatched_launches,
+    job_states,
+    save_observed_busy,
+)
+from jpushare.store.records import DispatchedJob
 
-@dataclass(frozen=True, slots=True)
-class ActiveJob:
-    """A job the executor should know about: DISPATCHED (recorded) or RUNNING."""
+log = logging.getLogger(__name__)
 
-    job_id: str
-    attempt: int
-    state: str  # "DISPATCHED" | "RUNNING"
-    node: str
-    tier: str
-    num_gpus: int
-    executor_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    job_id: str
-    attempt: int
-    executor_id: str
-    started_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Confirmed:
-    """A DISPATCHED job whose run exists but whose executor id was never recorded (crash)."""
-
-    job_id: str
-    attempt: int
-    executor_id: str
+Busy = dict[tuple[str, str], int]
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
-    job_id: str
-    attempt: int
-    state: RunState  # COMPLETED, FAILED, CANCELLED, OOM, NODE_FAIL, TIMEOUT
-    started_at: float | None
-    ended_at: float
-    exit_code: int | None
-    reason: str | None
+class ExecutorView:
+    """What the executor said this cycle."""
+
+    inventory: list[GpuGroup]
+    runs: list[RunInfo]  # with the lost runs it could resolve
 
 
 @dataclass(frozen=True, slots=True)
-class Missing:
-    """A DISPATCHED job the executor has no run for: the dispatcher died before submitting."""
+class Observed:
+    """What step 1 saw and did."""
 
-    job_id: str
-    attempt: int
-
-
-Transition = Started | Confirmed | Ended | Missing
-
-
-def tier_of(gpu_type: str, gpu_type_to_tier: Mapping[str, str]) -> str:
-    """The tier a GRES type / GPU model belongs to: the mapping, else the same name."""
-    return gpu_type_to_tier.get(gpu_type, gpu_type)
+    busy: Busy
+    started: int = 0
+    confirmed: int = 0
+    ended: int = 0
+    requeued: int = 0
+    resubmit: tuple[DispatchedJob, ...] = ()
+    stale: tuple[RunInfo, ...] = ()
 
 
-def busy_by_placement(
-    inventory: Iterable[GpuGroup],
-    active: Iterable[ActiveJob],
-    runs: Mapping[tuple[str, int], RunInfo],
-    gpu_type_to_tier: Mapping[str, str],
-) -> dict[tuple[str, str], int]:
-    """GPUs research jobs hold per (node, tier), as the policy must see them.
+def read_executor(deps: CycleDeps) -> ExecutorView:
+    """The executor's inventory and runs; raises whatever the executor raises."""
+    inventory = deps.executor.inventory()
+    runs = deps.executor.runs()
+    return ExecutorView(inventory, runs + resolve_lost_runs(deps, runs))
 
-    The executor counts what it has started (foreign jobs included). A job we recorded as
-    dispatched but that the executor has not started yet (sbatch pending, or not submitted
-    at all after a crash) does not show there, yet its GPUs are promised: count it too, or
-    the next cycle would hand the same GPUs to another job.
+
+def resolve_lost_runs(deps: CycleDeps, runs: list[RunInfo]) -> list[RunInfo]:
+    """What became of the runs of started jobs that `runs` does not list (executors that
+    can tell: `ResolvesLostRuns`; others' missing runs stay a node failure / a resubmit).
+
+    A Slurm job that ended while the dispatcher was down for longer than `MinJobAge` is
+    gone from squeue. Requeueing it as a node failure could run a completed job twice;
+    the executor answers from its accounting, or with FAILED "outcome unknown". Only jobs
+    with a recorded executor id are asked about: one DISPATCHED without an id crashed
+    between its record and its sbatch's confirmation and is submitted again (idempotent
+    by job name, unless it also ended more than `MinJobAge` ago: not covered).
     """
-    busy: dict[tuple[str, str], int] = {}
-    for g in inventory:
-        key = (g.node, tier_of(g.gpu_type, gpu_type_to_tier))
-        busy[key] = busy.get(key, 0) + g.used
-    for job in active:
-        run = runs.get((job.job_id, job.attempt))
-        if run is None or run.state is RunState.PENDING:
-            key = (job.node, job.tier)
-            busy[key] = busy.get(key, 0) + job.num_gpus
-    return busy
-
-
-def node_schedulable(inventory: Iterable[GpuGroup]) -> dict[str, bool]:
-    """Node -> schedulable (R5: down, drained and draining nodes are not)."""
-    out: dict[str, bool] = {}
-    for g in inventory:
-        out[g.node] = out.get(g.node, True) and g.state is NodeState.UP
-    return out
-
-
-def transitions(
-    active: Iterable[ActiveJob], runs: Mapping[tuple[str, int], RunInfo], now: float
-) -> list[Transition]:
-    """What happened to each active job since the last cycle, in job id order."""
-    out: list[Transition] = []
-    for job in sorted(active, key=lambda j: (j.job_id, j.attempt)):
-        run = runs.get((job.job_id, job.attempt))
-        if run is None:
-            if job.state == "DISPATCHED":
-                out.append(Missing(job.job_id, job.attempt))
-            else:  # RUNNING but the executor forgot it: treat as lost with its node
-                out.append(
-                    Ended(
-                        job.job_id,
-                        job.attempt,
-                        RunState.NODE_FAIL,
-                        None,
-                        now,
-                        None,
-                        "the executor lost track of the run",
-                    )
-                )
-            continue
-        if job.state == "DISPATCHED" and job.executor_id is None:
-            out.append(Confirmed(job.job_id, job.attempt, run.executor_id))
-        if run.state.ended:
-            out.append(
-                Ended(
-                    job.job_id,
-                    job.attempt,
-                    run.state,
-                    run.started_at,
-                    run.ended_at if run.ended_at is not None else now,
-                    run.exit_code,
-                    run.reason,
-                )
-            )
-        elif run.state is RunState.RUNNING and job.state == "DISPATCHED":
-            out.append(
-                Started(
-                    job.job_id,
-                    job.attempt,
-                    run.executor_id,
-                    run.started_at if run.started_at is not None else now,
-                )
-            )
-    return out
-
-
-_ACTIVE: Final = ("DISPATCHED", "RUNNING")
-
-
-def stale_runs(runs: Iterable[RunInfo], jobs: Mapping[str, tuple[str, int]]) -> list[RunInfo]:
-    """Live runs whose job does not want them any more: stop these (whole process group).
-
-    `jobs`: job id -> (state, attempts) from the store. A run is stale when it has not ended
-    and its job is not DISPATCHED or RUNNING on that very attempt: the job was cancelled
-    (the API records the cancel; stopping the run is the dispatcher's), ended, or was
-    requeued. Deriving this every cycle from the two sides, rather than from a message,
-    makes a cancel survive any crash: the next cycle of any dispatcher stops the run.
-    Runs of job ids the store does not know are left alone (not ours to stop).
-    """
+    executor = deps.executor
+    if not isinstance(executor, ResolvesLostRuns):
+        return []
+    known = {(r.job_id, r.attempt) for r in runs}
+    with deps.sessions() as session:
+        active = _active_jobs(session)
     out: list[RunInfo] = []
-    for run in runs:
-        if run.state.ended:
+    for job in active:
+        if job.executor_id is None or (job.job_id, job.attempt) in known:
             continue
-        known = jobs.get(run.job_id)
-        if known is None:
+        info = executor.lost_run(job.job_id, job.attempt, job.executor_id)
+        log.warning(
+            "job %s attempt %d: its run %s is gone from the executor's list; it reports %s: %s",
+            job.job_id,
+            job.attempt,
+            job.executor_id,
+            info.state.value,
+            info.reason,
+        )
+        out.append(info)
+    return out
+
+
+def record_observation(deps: CycleDeps, seen: ExecutorView, now: datetime) -> Observed:
+    """Apply the executor's view to the store in one transaction (module docstring, 2)."""
+    runs = seen.runs
+    by_key = {(r.job_id, r.attempt): r for r in runs}
+    mapped = [
+        GpuGroup(g.node, tier_of(g.gpu_type, deps.gpu_type_to_tier), g.total, g.used, g.state)
+        for g in seen.inventory
+    ]
+    with deps.begin() as session:
+        facts, mono = InventoryMemo.facts(mapped), time.monotonic()
+        sync = deps.inventory_memo.needs_sync(facts, mono)
+        if sync:
+            store.sync_inventory(session, mapped, now, mark_missing_down=True)
+        found = transitions(_active_jobs(session), by_key, store.to_epoch(now))
+        changes = record_transitions(session, found, now)
+        settle_cancelled_runs(session, runs)
+        # Busy GPUs as the policy must see them, from the jobs still active now.
+        busy = busy_by_placement(mapped, _active_jobs(session), by_key, {})
+        save_observed_busy(session, busy, now)
+        stale = stale_runs(runs, _run_owners(session, runs))
+        resubmit = dispatched_launches(session, _row_ids(changes.missing))
+    if sync:
+        deps.inventory_memo.synced(facts, mono)
+    counts = changes.counts
+    return Observed(
+        busy,
+        started=counts[RunChange.STARTED],
+        confirmed=counts[RunChange.CONFIRMED],
+        ended=counts[RunChange.ENDED],
+        requeued=counts[RunChange.REQUEUED],
+        resubmit=tuple(resubmit),
+        stale=tuple(stale),
+    )
+
+
+def stop_stale_runs(deps: CycleDeps, stale: Iterable[RunInfo]) -> tuple[str, ...]:
+    """Stop runs whose job was cancelled, ended or requeued (idempotent; errors logged)."""
+    stopped: list[str] = []
+    for run in stale:
+        deps.check_may_act()
+        try:
+            deps.executor.cancel(run.executor_id)
+        except Exception as exc:  # retried next cycle: the run is still stale then
+            log.warning("could not stop run %s of job %s: %s", run.executor_id, run.job_id, exc)
             continue
-        state, attempt = known
-        if state in _ACTIVE and attempt == run.attempt:
-            continue
-        out.append(run)
-    return sorted(out, key=lambda r: (r.job_id, r.attempt))
+        log.info("stopped run %s: job %s no longer wants it", run.executor_id, run.job_id)
+        stopped.append(run.executor_id)
+    return tuple(stopped)
+
+
+def _active_jobs(session: Session) -> list[ActiveJob]:
+    return [
+        ActiveJob(job_id(r.job_id), r.attempt, r.state, r.node, r.tier, r.num_gpus, r.executor_id)
+        for r in active_jobs(session)
+    ]
+
+
+def _row_ids(job_ids: Iterable[str]) -> list[int]:
+    return [i for i in map(row_id, job_ids) if i is not None]  # None: not one of ours
+
+
+def _run_owners(session: Session, runs: Iterable[RunInfo]) -> dict[str, tuple[str, int]]:
+    """Job id -> (state, attempts) of the runs' jobs the store knows."""
+    states = job_states(session, _row_ids(r.job_id for r in runs))
+    return {job_id(row): state for row, state in states.items()}

@@ -6,8 +6,6 @@ accrued cost and its whole bill reaches the lab in the transaction that ends the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 
 def gpu_cost(num_gpus: int, seconds: float, tflops: float) -> float:
     """GPUs x seconds x tier TFLOPS, in TFLOP-seconds (negative spans count as zero)."""
@@ -30,10 +28,3 @@ def job_bill(run_costs: float, reservation_costs: float) -> float:
     No discount (k = 1) and no cap: SPEC §4, design note 3.4 and 3.5.
     """
     return run_costs + reservation_costs
-
-
-def charge(lab_usage: Mapping[str, float], lab: str, tflop_s: float) -> dict[str, float]:
-    """A new usage map with `tflop_s` added to `lab`."""
-    out = dict(lab_usage)
-    out[lab] = out.get(lab, 0.0) + tflop_s
-    return out

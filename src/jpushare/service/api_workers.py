@@ -42,9 +42,10 @@ def create_worker_app() -> FastAPI:
     from jpushare import store
     from jpushare.api.app import create_app
     from jpushare.config import load_settings
+    from jpushare.formats.cluster_file import load_cluster
+    from jpushare.policy.peers import POLICIES
     from jpushare.service.account_rule import served_account
     from jpushare.service.serve import build_executor
-    from jpushare.sim.cluster_file import load_cluster
     from jpushare.store.observations import load_observed_busy
 
     settings = load_settings()
@@ -60,6 +61,7 @@ def create_worker_app() -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         only_unix_user=served_account(settings.executor),
         placement_order=settings.placement_order,
+        policy=POLICIES[settings.policy],
     )
 
 

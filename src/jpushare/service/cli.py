@@ -12,9 +12,9 @@ import sys
 
 from jpushare import store
 from jpushare.config import ConfigError, load_settings
+from jpushare.formats.errors import ClusterFileError
 from jpushare.service.admin import register_admin, transaction
 from jpushare.service.database_errors import URL_ERRORS, report_database_problem
-from jpushare.sim.errors import ClusterFileError
 
 LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
 
@@ -85,7 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from jpushare.sim.cluster_file import load_cluster
+    from jpushare.formats.cluster_file import load_cluster
     from jpushare.store.cluster_setup import load_cluster_spec
 
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.sim.cluster_file import ClusterSpec
+from jpushare.formats.cluster_file import ClusterSpec
 from jpushare.store.cluster_setup import inventory_is_empty, load_cluster_spec
 from jpushare.unix_accounts import service_account
 

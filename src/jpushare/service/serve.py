@@ -34,16 +34,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.config import ConfigError, Settings
+from jpushare.config import DEFAULT_POLICY, ConfigError, Settings
 from jpushare.dispatcher.cycle import CycleDeps, CycleReport
 from jpushare.dispatcher.lock import lock_for
 from jpushare.dispatcher.loop import Dispatcher
 from jpushare.executors.base import Executor
 from jpushare.executors.slurm import SlurmExecutor
+from jpushare.formats.cluster_file import ClusterSpec, load_cluster
 from jpushare.llm_router import router_for
+from jpushare.policy.peers import POLICIES
 from jpushare.service.account_rule import check_service_account
 from jpushare.service.dispatch_health import HealthRecorder, counting
-from jpushare.sim.cluster_file import ClusterSpec, load_cluster
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
 from jpushare.store.observations import load_observed_busy
 
@@ -262,7 +263,14 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             router,
             gpu_type_to_tier=gpu_type_to_tier(settings),
             placement_order=settings.placement_order,
+            policy=POLICIES[settings.policy],
         )
+        if settings.policy != DEFAULT_POLICY:
+            log.warning(
+                "JPUSHARE_POLICY=%s: dispatching by a peer policy for comparison, "
+                "not by SPEC §3's reservations",
+                settings.policy,
+            )
         dispatcher = Dispatcher(
             deps,
             lock,
@@ -296,6 +304,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 max_body_bytes=settings.max_body_bytes,
                 only_unix_user=only_account,
                 placement_order=settings.placement_order,
+                policy=POLICIES[settings.policy],
                 cycle_s=settings.cycle_s,
             )
             config = uvicorn.Config(

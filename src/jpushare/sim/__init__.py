@@ -1,14 +1,14 @@
 """The trace simulator: replays a job trace on a cluster through a policy (docs/formats.md).
 
-`cluster_file` and `trace_file` read the two input formats, `engine` is the event-driven
+`jpushare.formats` reads the two input files (re-exported here), `engine` is the event-driven
 replay (it calls `jpushare.policy.decide` itself for the `reservation` policy), `report` and
 `plots` turn a `SimResult` into files, `cli` is `jpushare simulate`.
 """
 
-from jpushare.sim.cluster_file import ClusterSpec, NodeEvent, load_cluster, parse_cluster
+from jpushare.formats.cluster_file import ClusterSpec, NodeEvent, load_cluster, parse_cluster
+from jpushare.formats.errors import ClusterFileError, FormatError, TraceFileError
+from jpushare.formats.trace_file import TraceJob, check_tiers, load_trace, parse_trace
 from jpushare.sim.engine import Attempt, JobRecord, JobState, SimResult, simulate
-from jpushare.sim.errors import ClusterFileError, FormatError, TraceFileError
-from jpushare.sim.trace_file import TraceJob, check_tiers, load_trace, parse_trace
 
 __all__ = [
     "Attempt",

@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.errors import FormatError
+from jpushare.formats.trace_file import check_tiers, load_trace
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder
 from jpushare.policy.peers import POLICIES
-from jpushare.sim.cluster_file import load_cluster
 from jpushare.sim.engine import SimResult, simulate
-from jpushare.sim.errors import FormatError
 from jpushare.sim.report import comparison_text, summary, write_comparison, write_outputs
-from jpushare.sim.trace_file import check_tiers, load_trace
 
 EXIT_OK = 0
 EXIT_WRITE_FAILED = 1

@@ -68,6 +68,8 @@ from enum import StrEnum
 from itertools import chain
 from operator import attrgetter
 
+from jpushare.formats.cluster_file import ClusterSpec
+from jpushare.formats.trace_file import TraceJob, check_tiers
 from jpushare.policy.accounting import reservation_accrual, run_cost
 from jpushare.policy.decide import RankedQueue
 from jpushare.policy.fit import FitReport, check_fit, default_min_sort_order, fits
@@ -92,9 +94,7 @@ from jpushare.policy.order import (
     PlacementOrder,
     parse_placement_order,
 )
-from jpushare.policy.peers import POLICIES, IndexedRunning, Policy, RunningEnds
-from jpushare.sim.cluster_file import ClusterSpec
-from jpushare.sim.trace_file import TraceJob, check_tiers
+from jpushare.policy.peers import POLICIES, IndexedRunning, NamedPolicy, Policy, RunningEnds
 
 Key = tuple[str, str]  # (node, tier)
 Observer = Callable[[Snapshot, Decisions], None]
@@ -268,7 +268,7 @@ def forecast(
     snapshot: Snapshot,
     run_s: Mapping[str, float],
     *,
-    policy: str = "reservation",
+    policy: str | NamedPolicy = "reservation",
     placement: PlacementOrder | str = PlacementOrder.PACK,
     cycle_s: float = 5.0,
     max_cycles: int | None = None,
@@ -287,7 +287,7 @@ def forecast(
     without it their cost reaches no lab).
     """
     order = parse_placement_order(str(placement))
-    named = POLICIES[policy]
+    named = POLICIES[policy] if isinstance(policy, str) else policy
 
     def fn(s: Snapshot) -> Decisions:
         return named(s, order)

@@ -20,6 +20,7 @@ from statistics import median
 from jpushare.policy.decide import sort_queue
 from jpushare.policy.model import QueuedJob, RunningJob, Snapshot
 from jpushare.policy.order import PlacementOrder
+from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.engine import Forecast, forecast
 
 DEFAULT_RUN_S = 3600.0  # a job without a limit or any history is assumed to run an hour
@@ -105,6 +106,7 @@ def estimate_starts(
     owners: Mapping[str, JobOwner],
     history: RunHistory,
     *,
+    policy: str | NamedPolicy = "reservation",
     placement: PlacementOrder | str = PlacementOrder.PACK,
     cycle_s: float = 5.0,
     max_cycles: int | None = None,
@@ -112,7 +114,8 @@ def estimate_starts(
     default_run_s: float = DEFAULT_RUN_S,
     follow: Iterable[str] | None = None,
 ) -> StartEstimates:
-    """Every queued job's estimated start from `snapshot`, by the reservation policy.
+    """Every queued job's estimated start from `snapshot`, by `policy` (a name of
+    `POLICIES`, or one of them; default SPEC §3's reservation policy).
 
     `owners`: job id -> user and lab, for queued and running jobs (a job missing here gets
     the default run time). An estimate never precedes `snapshot.now`.
@@ -139,6 +142,7 @@ def estimate_starts(
     fc = forecast(
         snapshot,
         run_s,
+        policy=policy,
         placement=placement,
         cycle_s=cycle_s,
         max_cycles=max_cycles,

@@ -51,10 +51,6 @@ _DURATION_TICKS = (
 )
 
 
-def _hours(t: float) -> float:
-    return t / _HOUR
-
-
 def _time_axis(span_s: float) -> tuple[float, str]:
     """Hours for a replay under 3 days, else days: (seconds per unit, axis label)."""
     if span_s < 3 * _DAY:

@@ -6,9 +6,12 @@ Layout:
 - `migrate`: `upgrade(url)` / `downgrade(url)`; the schema is created by migrations only;
 - `schema`: the ORM tables; `records`: the frozen values the repository returns;
 - `inventory`: tiers, nodes, GPUs, placements; `accounts`: labs, users, API tokens;
+- `reservations`: the reservations held now and the history of ended ones; `counts`: figures
+  over many rows (jobs by state, labs' in-flight bills, requeues) for /metrics and the API;
 - `jobs`: submit (SPEC §2 fit check), read, list, history;
-- `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, undo,
-  cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher;
+- `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, refusal,
+  cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher, with each
+  kind of policy action's part of the latter in `actions`;
 - `transitions`: the guarded UPDATE, job events and lab charging every transition uses.
 
 Repository functions take a `Session` and never commit: the caller owns the transaction
@@ -80,7 +83,6 @@ from jpushare.store.jobs import (
     parse_job_id,
     policy_job_id,
     submit,
-    submit_job,
 )
 from jpushare.store.lifecycle import (
     cancel_job,
@@ -92,7 +94,6 @@ from jpushare.store.lifecycle import (
     requeue_after_node_failure,
     requeue_after_oom,
     settle_cancelled_run,
-    undo_dispatch,
 )
 from jpushare.store.migrate import upgrade
 from jpushare.store.records import (
@@ -189,10 +190,8 @@ __all__ = [
     "settle_cancelled_run",
     "sqlite_url",
     "submit",
-    "submit_job",
     "sync_inventory",
     "to_epoch",
-    "undo_dispatch",
     "undrain_node",
     "unix_accounts",
     "unix_user_of",

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from jpushare.sim.cluster_file import ClusterSpec
+from jpushare.formats.cluster_file import ClusterSpec
 from jpushare.store.accounts import create_lab
 from jpushare.store.inventory import set_node_gpus, upsert_tiers
 from jpushare.store.schema import GpuResource, GpuTier, Lab

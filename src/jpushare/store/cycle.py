@@ -12,37 +12,33 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import DateTime, String, Table, bindparam, select, type_coerce, update
+from sqlalchemy import DateTime, String, Table, select, type_coerce
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import reservation_accrual
 from jpushare.policy.model import (
-    AbsorbReservation,
     Action,
     Decisions,
     Dispatch,
     QueuedJob,
-    ReleaseReservation,
     Reservation,
     RunningJob,
     Snapshot,
-    StartReservation,
     Tier,
 )
+from jpushare.store.actions import KINDS
 from jpushare.store.errors import ConcurrentUpdate
 from jpushare.store.inventory import PlacementKey, placements
 from jpushare.store.launches import launch_details
 from jpushare.store.records import DispatchedJob, Recorded
-from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState, Lab
+from jpushare.store.schema import ACTIVE_STATES, GpuTier, Job, JobState, Lab
 from jpushare.store.times import from_epoch, to_epoch
 from jpushare.store.transitions import (
     LockedJob,
     add_events,
-    event_row,
     guarded_update,
     lock_jobs,
     rowcount,
@@ -237,53 +233,6 @@ def held_by_jobs(session: Session) -> dict[PlacementKey, int]:
     return dict(out)
 
 
-# Per job, the order that keeps every guard true: grow, release, then start or dispatch
-# (the policy emits a swap's Dispatch before its Release; R5's Release before a new Start).
-_ACTION_RANK = {AbsorbReservation: 0, ReleaseReservation: 1, StartReservation: 2, Dispatch: 3}
-
-
-def _guarded(*conditions: Any) -> Any:
-    return update(_JOBS).where(_C.id == bindparam("b_id"), _C.state == _QUEUED, *conditions)
-
-
-_RESERVATION_MATCHES = (
-    _C.reserved_gpus == bindparam("b_gpus"),
-    _C.reserved_node_name == bindparam("b_node"),
-    _C.reserved_tier_id == bindparam("b_tier"),
-)
-_CLEAR_RESERVATION: dict[str, Any] = {
-    "reserved_gpus": 0,
-    "reserved_node_name": None,
-    "reserved_tier_id": None,
-    "reservation_since": None,
-    "reservation_last_accrued_at": None,
-}
-# One guarded UPDATE per kind of action, run once for all jobs (executemany).
-_STATEMENTS: dict[type, Any] = {
-    AbsorbReservation: _guarded(*_RESERVATION_MATCHES).values(reserved_gpus=bindparam("b_total")),
-    ReleaseReservation: _guarded(*_RESERVATION_MATCHES).values(**_CLEAR_RESERVATION),
-    StartReservation: _guarded(_C.reserved_gpus == 0).values(
-        reserved_gpus=bindparam("b_gpus"),
-        reserved_node_name=bindparam("b_node"),
-        reserved_tier_id=bindparam("b_tier"),
-        reservation_since=bindparam("b_at"),
-        reservation_last_accrued_at=bindparam("b_at"),
-    ),
-    Dispatch: _guarded(_C.reserved_gpus == 0, _C.attempts == bindparam("b_attempts")).values(
-        state=JobState.DISPATCHED.value,
-        node_name=bindparam("b_node"),
-        tier_id=bindparam("b_tier"),
-        attempts=bindparam("b_attempts") + 1,
-        dispatched_at=bindparam("b_at"),
-        executor_id=None,
-        started_at=None,
-        ended_at=None,
-        exit_code=None,
-        reason=None,
-    ),
-}
-
-
 def record_decisions(
     session: Session, decisions: Decisions, now: datetime | None = None
 ) -> Recorded:
@@ -300,6 +249,8 @@ def record_decisions(
        the placement, attempts + 1 and dispatched_at. The guards cannot fail under the
        row locks; if one ever does, ConcurrentUpdate is raised and the caller rolls back.
     5. One job event per applied action.
+
+    Each kind of action's part in steps 3-5 is its entry in `store.actions.KINDS`.
 
     `now` stamps the events and dispatch times (default: the decisions' own time).
     The dispatcher starts only `Recorded.dispatched`, never `decisions.dispatches()`.
@@ -343,24 +294,27 @@ def record_decisions(
     dispatched: list[tuple[int, Dispatch, int]] = []
     for job_id in sorted(by_job):
         job = locked.get(job_id)
-        for index, action in sorted(by_job[job_id], key=lambda ia: _ACTION_RANK[type(ia[1])]):
+        for index, action in sorted(by_job[job_id], key=lambda ia: KINDS[type(ia[1])].rank):
+            kind = KINDS[type(action)]
             tier_id = tier_ids.get(action.tier)
-            if job is None or tier_id is None or not _still_valid(job, action, tier_id):
+            if job is None or tier_id is None or job.state != _QUEUED:
                 continue
-            params[type(action)].append(_params(job, action, tier_id, at))
-            events.append(_event(job, action, at))
+            if not kind.valid(job, action, tier_id):
+                continue
+            params[type(action)].append(kind.params(job, action, tier_id, at))
+            events.append(kind.event(job, action, at))
             applied.add(index)
             if isinstance(action, Dispatch):
                 dispatched.append((job_id, action, job.attempts + 1))
-            job = _after(job, action, tier_id, at)
+            job = kind.after(job, action, tier_id, at)
 
     # 4. and 5. Apply, kind by kind in the guard-safe order, then the events.
-    for kind in sorted(params, key=lambda k: _ACTION_RANK[k]):
-        batch = params[kind]
-        matched = rowcount(session.execute(_STATEMENTS[kind], batch))
+    for action_type in sorted(params, key=lambda t: KINDS[t].rank):
+        batch = params[action_type]
+        matched = rowcount(session.execute(KINDS[action_type].statement, batch))
         if matched != len(batch):
             raise ConcurrentUpdate(
-                f"{kind.__name__}: {matched} of {len(batch)} guarded updates matched"
+                f"{action_type.__name__}: {matched} of {len(batch)} guarded updates matched"
             )
     add_events(session, events)
     return Recorded(
@@ -394,107 +348,6 @@ def _accrue(
         reservation_last_accrued_at=to,
     )
     return cost if ok else 0.0
-
-
-def _still_valid(job: LockedJob, action: Action, tier_id: uuid.UUID) -> bool:
-    """Does the action still apply to the job as it is now (locked)?"""
-    if job.state != _QUEUED:
-        return False
-    if isinstance(action, StartReservation):
-        return job.reserved_gpus == 0 and 0 < action.gpus <= job.num_gpus
-    if isinstance(action, AbsorbReservation):
-        return (
-            job.reserved_gpus == action.total - action.added
-            and job.reserved_node_name == action.node
-            and job.reserved_tier_id == tier_id
-            and action.added > 0
-            and action.total <= job.num_gpus
-        )
-    if isinstance(action, ReleaseReservation):
-        return (
-            job.reserved_gpus == action.gpus
-            and action.gpus > 0
-            and job.reserved_node_name == action.node
-            and job.reserved_tier_id == tier_id
-        )
-    return job.reserved_gpus == 0 and action.num_gpus == job.num_gpus
-
-
-def _params(job: LockedJob, action: Action, tier_id: uuid.UUID, at: datetime) -> dict[str, Any]:
-    """The bound values of the action's guarded UPDATE (see _STATEMENTS)."""
-    p: dict[str, Any] = {"b_id": job.id, "b_node": action.node, "b_tier": tier_id}
-    if isinstance(action, StartReservation):
-        p |= {"b_gpus": action.gpus, "b_at": at}
-    elif isinstance(action, AbsorbReservation):
-        p |= {"b_gpus": action.total - action.added, "b_total": action.total}
-    elif isinstance(action, ReleaseReservation):
-        p |= {"b_gpus": action.gpus}
-    else:
-        p |= {"b_attempts": job.attempts, "b_at": at}
-    return p
-
-
-def _event(job: LockedJob, action: Action, at: datetime) -> dict[str, Any]:
-    if isinstance(action, StartReservation):
-        detail = {"node": action.node, "tier": action.tier, "gpus": action.gpus}
-        return event_row(job.id, at, EventKind.RESERVATION_STARTED, detail=detail)
-    if isinstance(action, AbsorbReservation):
-        detail = {
-            "node": action.node,
-            "tier": action.tier,
-            "added": action.added,
-            "total": action.total,
-        }
-        return event_row(job.id, at, EventKind.ABSORBED, detail=detail)
-    if isinstance(action, ReleaseReservation):
-        since = job.reservation_since
-        detail = {
-            "reason": action.reason.value,
-            "node": action.node,
-            "tier": action.tier,
-            "gpus": action.gpus,
-            "since": since.isoformat() if since is not None else None,
-            "held_s": (at - since).total_seconds() if since is not None else None,
-        }
-        return event_row(job.id, at, EventKind.RELEASED, detail=detail)
-    detail = {
-        "node": action.node,
-        "tier": action.tier,
-        "gpus": action.num_gpus,
-        "attempt": job.attempts + 1,
-    }
-    return event_row(job.id, at, EventKind.DISPATCHED, _QUEUED, JobState.DISPATCHED.value, detail)
-
-
-def _after(job: LockedJob, action: Action, tier_id: uuid.UUID, at: datetime) -> LockedJob:
-    """The locked row as it is after `action` (for the job's next action)."""
-    if isinstance(action, StartReservation):
-        return replace(
-            job,
-            reserved_gpus=action.gpus,
-            reserved_node_name=action.node,
-            reserved_tier_id=tier_id,
-            reservation_since=at,
-            reservation_last_accrued_at=at,
-        )
-    if isinstance(action, AbsorbReservation):
-        return replace(job, reserved_gpus=action.total)
-    if isinstance(action, ReleaseReservation):
-        return replace(
-            job,
-            reserved_gpus=0,
-            reserved_node_name=None,
-            reserved_tier_id=None,
-            reservation_since=None,
-            reservation_last_accrued_at=None,
-        )
-    return replace(
-        job,
-        state=JobState.DISPATCHED.value,
-        attempts=job.attempts + 1,
-        node_name=action.node,
-        tier_id=tier_id,
-    )
 
 
 def _dispatched(

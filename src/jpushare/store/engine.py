@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -137,6 +137,11 @@ def read_only_sessions(sessions: sessionmaker[Session]) -> sessionmaker[Session]
         class_=sessions.class_,
         **{**sessions.kw, "bind": bind.execution_options(**{READ_ONLY: True})},
     )
+
+
+def ping(session: Session) -> None:
+    """Raise if the database does not answer."""
+    session.execute(text("SELECT 1"))
 
 
 def is_read_only(bind: Engine | Connection) -> bool:

@@ -129,6 +129,15 @@ def policy_tiers(session: Session) -> list[Tier]:
     ]
 
 
+def tier_names_by_sort_order(session: Session) -> dict[int, str]:
+    """sort_order -> tier name (a job's minimum tier is stored as a sort order)."""
+    out: dict[int, str] = {}
+    rows = session.execute(select(GpuTier.sort_order, GpuTier.name).order_by(GpuTier.name))
+    for order, name in rows:
+        out.setdefault(order, name)
+    return out
+
+
 def tier_for_gpu_type(gpu_type: str, tier_names: Iterable[str]) -> str | None:
     """The tier an executor's GPU type maps to: the tier of that name (case-insensitive)."""
     wanted = gpu_type.strip().lower()

@@ -256,37 +256,6 @@ def _new_job_record(row: Any, user_name: str, lab_name: str) -> JobRecord:
     )
 
 
-def submit_job(
-    session: Session,
-    *,
-    user_id: int,
-    name: str,
-    command: str,
-    num_gpus: int,
-    now: datetime,
-    min_tier: str | None = None,
-    time_limit_s: float | None = None,
-    run: JobRun | None = None,
-) -> JobRecord:
-    """Queue a job for the user's lab, after the SPEC §2 checks.
-
-    Raises InvalidRequest (num_gpus outside 1-8, unknown tier, empty command), NotFound
-    (no such user) or NoFitPlacement (no placement can ever hold it; nothing is stored).
-    The fit check reads the inventory in the same transaction as the insert.
-    """
-    return submit(
-        session,
-        user_id=user_id,
-        name=name,
-        command=command,
-        num_gpus=num_gpus,
-        now=now,
-        min_tier=min_tier,
-        time_limit_s=time_limit_s,
-        run=run,
-    ).job
-
-
 def submit(
     session: Session,
     *,
@@ -299,10 +268,14 @@ def submit(
     time_limit_s: float | None = None,
     run: JobRun | None = None,
 ) -> Submission:
-    """`submit_job`, also returning the tier names the job's public form needs.
+    """Queue a job for the user's lab, after the SPEC §2 checks; the job, with the tier names
+    its public form needs.
 
-    Statements: one read (user, tiers, placement capacities), then on PostgreSQL one
-    INSERT of the job and its `submitted` event together, on SQLite two INSERTs.
+    Raises InvalidRequest (num_gpus outside 1-8, unknown tier, empty command), NotFound
+    (no such user) or NoFitPlacement (no placement can ever hold it; nothing is stored).
+    The fit check reads the inventory in the same transaction as the insert. Statements: one
+    read (user, tiers, placement capacities), then on PostgreSQL one INSERT of the job and
+    its `submitted` event together, on SQLite two INSERTs.
     """
     if not MIN_GPUS <= num_gpus <= MAX_GPUS:
         raise InvalidRequest(f"num_gpus must be {MIN_GPUS}-{MAX_GPUS}, got {num_gpus}")

@@ -1,4 +1,4 @@
-"""One job's life after dispatch (SPEC §5): confirm, start, end, requeue, undo, cancel, and
+"""One job's life after dispatch (SPEC §5): confirm, start, end, requeue, fail, cancel, and
 the settlement of a cancelled job's run once the executor says when it really ended.
 
 Each function is one guarded transition (see `transitions.py`) and is idempotent: if the
@@ -25,7 +25,7 @@ from jpushare.policy.oom import escalate
 from jpushare.store.errors import ConcurrentUpdate, InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.jobs import get_job
-from jpushare.store.records import Cancelled, Ended, JobRecord
+from jpushare.store.records import Cancelled, Ended
 from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState
 from jpushare.store.times import same_instant, to_epoch
 from jpushare.store.transitions import (
@@ -256,49 +256,6 @@ def fail_dispatch(
     if job is None or job.state != JobState.DISPATCHED.value:
         return None
     return end_job(session, job_id, JobState.FAILED, now, reason=reason, attempt=attempt)
-
-
-def undo_dispatch(
-    session: Session, job_id: int, now: datetime, reason: str, *, attempt: int | None = None
-) -> JobRecord | None:
-    """The executor refused before starting it (e.g. the node just went away): back to the
-    queue, DISPATCHED -> GLOBAL_QUEUE_WAIT, keeping queue_entered_at. Nothing ran, so
-    nothing is charged; `attempts` keeps counting (the next run gets a new attempt number,
-    so it cannot collide with a ghost of this one). None if the job is not DISPATCHED.
-    """
-    job = _active(session, job_id, attempt)
-    if job is None or job.state != JobState.DISPATCHED.value:
-        return None
-    ok = guarded_update(
-        session,
-        job_id,
-        JobState.DISPATCHED.value,
-        Job.attempts == job.attempts,
-        state=JobState.GLOBAL_QUEUE_WAIT.value,
-        reason=reason,
-        **_CLEARED_PLACEMENT,
-    )
-    if not ok:
-        return None
-    add_events(
-        session,
-        [
-            event_row(
-                job_id,
-                now,
-                EventKind.DISPATCH_UNDONE,
-                JobState.DISPATCHED.value,
-                JobState.GLOBAL_QUEUE_WAIT.value,
-                {
-                    "reason": reason,
-                    "attempt": job.attempts,
-                    "node": job.node_name,
-                    "tier": tier_name(session, job.tier_id),
-                },
-            )
-        ],
-    )
-    return get_job(session, job_id)
 
 
 def requeue_after_oom(

@@ -105,7 +105,6 @@ class EventKind(StrEnum):
     # reservation_gpu_seconds holds the sum, and `released` says how long it was held.
     DISPATCHED = "dispatched"
     DISPATCH_CONFIRMED = "dispatch_confirmed"
-    DISPATCH_UNDONE = "dispatch_undone"
     STARTED = "started"
     OOM_REQUEUED = "oom_requeued"
     NODE_FAIL_REQUEUED = "node_fail_requeued"

@@ -106,7 +106,7 @@ def _reason(raw: object) -> ReleaseReason | None:
 
 def _first_dispatch() -> Any:
     """SQL for a job's first dispatch time. A job dispatched once (`attempts` counts every
-    dispatch, undone ones too) still has it in `dispatched_at`; only the others need the
+    dispatch) still has it in `dispatched_at`; only the others need the
     earliest `dispatched` event, looked up through job_events' (job_id, id) index."""
     earliest_event = (
         select(func.min(JobEvent.at))

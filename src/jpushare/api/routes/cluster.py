@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from jpushare import store
-from jpushare.api import queries
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
+from jpushare.api.figures import placement_counts
 from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     ErrorPublic,
@@ -23,6 +23,9 @@ from jpushare.api.schemas import (
     tier_public,
 )
 from jpushare.api.why import QueueView, queue_entries
+from jpushare.store.counts import LabInFlight, lab_in_flight, lab_job_counts
+from jpushare.store.inventory import tier_names_by_sort_order
+from jpushare.store.reservations import held_reservations
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -46,10 +49,10 @@ def queue(
     start (a projection like `squeue --start`, recomputed once per cycle)."""
     now = ctx.clock()
     snapshot = store.load_snapshot(session, now, ctx.busy(session), ctx.queue_memo)
-    view = QueueView.of(snapshot, ctx.placement_order)
+    view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
     records = store.get_jobs(session, page)
-    tiers = queries.tier_names_by_sort_order(session)
+    tiers = tier_names_by_sort_order(session)
     estimates = ctx.estimates(session, snapshot)
     entries = queue_entries(view, records, tiers, offset, limit, estimates)
     data = [for_viewer(e, records[e.job_id], user) for e in entries]
@@ -70,7 +73,7 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
     places = store.placements(session, ctx.busy(session))
     nodes = {n.name: n for n in store.list_nodes(session)}
     tflops = {t.name: t.tflops for t in store.list_tiers(session)}
-    held = queries.reservations(session)
+    held = held_reservations(session)
     by_place: dict[tuple[str, str], list[PlacementReservation]] = defaultdict(list)
     for r in held:
         by_place[(r.node, r.tier)].append(
@@ -79,7 +82,7 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
     data = []
     for p in places:
         node = nodes.get(p.node)
-        counts = queries.placement_counts(p, sum(r.gpus for r in by_place[p.key]))
+        counts = placement_counts(p, sum(r.gpus for r in by_place[p.key]))
         data.append(
             PlacementPublic(
                 node=p.node,
@@ -106,13 +109,13 @@ def labs(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> LabsPublic:
     """Every lab, least usage first (the fair-share order, `rank` 1 first), with its share
     of all labs' usage, its queued and running jobs, and what it holds but has not been
     charged for yet (`in_flight_tflop_s`: charging is lazy, at each job's end)."""
-    counts = queries.lab_job_counts(session)
-    in_flight = queries.lab_in_flight(session, ctx.clock())
+    counts = lab_job_counts(session)
+    in_flight = lab_in_flight(session, ctx.clock())
     labs = store.list_labs(session)
     total = sum(lab.cumulative_usage for lab in labs)
     data = []
     for rank, lab in enumerate(labs, start=1):
-        held = in_flight.get(lab.name, queries.LabInFlight())
+        held = in_flight.get(lab.name, LabInFlight())
         data.append(
             lab_public(lab, counts.get(lab.name)).model_copy(
                 update={

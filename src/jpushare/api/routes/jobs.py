@@ -10,7 +10,6 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from jpushare import store
-from jpushare.api import queries
 from jpushare.api.deps import ApiContext, ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.job_attempts import job_attempts
@@ -33,6 +32,7 @@ from jpushare.api.why import QueueView, history_why, queued_why
 from jpushare.executors.base import Executor
 from jpushare.executors.local import LOG_TAIL_BYTES
 from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
+from jpushare.store.inventory import tier_names_by_sort_order
 from jpushare.store.records import JobRecord, UserRecord
 from jpushare.store.schema import JobState
 from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account
@@ -127,7 +127,7 @@ def list_jobs(
             until=parse_when(until, now, "until") if until is not None else None,
         ),
     )
-    tiers = queries.tier_names_by_sort_order(session)
+    tiers = tier_names_by_sort_order(session)
     return JobsPublic(
         data=[for_viewer(job_public(j, tiers), j, user) for j in jobs],
         count=len(jobs),
@@ -140,7 +140,7 @@ def get_job(job_id: JobIdPath, session: SessionDep, user: CurrentUser) -> JobPub
     """The job; its private fields are null unless it is yours, your lab's (pi) or you are
     an admin (see `hidden`)."""
     job = store.get_job(session, job_id)
-    tiers = queries.tier_names_by_sort_order(session)
+    tiers = tier_names_by_sort_order(session)
     return for_viewer(job_public(job, tiers, environment=True), job, user)
 
 
@@ -193,7 +193,7 @@ def cancel_job(
         background.add_task(
             _stop_run, ctx.executor, job_id, done.stop_attempt, done.stop_executor_id
         )
-    public = job_public(done.job, queries.tier_names_by_sort_order(session))
+    public = job_public(done.job, tier_names_by_sort_order(session))
     return public.model_copy(update={"charge_provisional": done.provisional})
 
 
@@ -203,11 +203,11 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     is recorded now as fact, and what the next cycle would do as a projection."""
     job = store.get_job(session, job_id)
     history = store.job_history(session, job_id)
-    tiers = queries.tier_names_by_sort_order(session)
+    tiers = tier_names_by_sort_order(session)
     now = ctx.clock()
     if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
         snapshot = store.load_snapshot(session, now, ctx.busy(session))
-        view = QueueView.of(snapshot, ctx.placement_order)
+        view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)
         if job.policy_id in view.queued:
             estimates = ctx.estimates(session, snapshot)
             return for_viewer(queued_why(view, job, history, tiers, estimates), job, user)

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import SQLAlchemyError
 
-from jpushare.api import queries
 from jpushare.api.deps import ContextDep
 from jpushare.api.errors import first_line
 from jpushare.api.health import judge_dispatcher
 from jpushare.api.schemas import DispatcherHealthPublic, HealthPublic
+from jpushare.store.engine import ping
 from jpushare.store.health import load_health
 from jpushare.store.leadership import get_lease
 
@@ -30,7 +30,7 @@ def healthz(ctx: ContextDep, response: Response) -> HealthPublic:
     now = ctx.clock()
     try:
         with ctx.read_sessions.begin() as session:  # not behind a writer on SQLite
-            queries.ping(session)
+            ping(session)
             verdict = judge_dispatcher(load_health(session), get_lease(session), now)
     except SQLAlchemyError as exc:
         log.warning("healthz: the database does not answer: %s", first_line(exc))

@@ -1,4 +1,4 @@
-"""The error every input-file parser of the simulator raises: where, and a human sentence.
+"""The error every input-file parser raises: where, and a human sentence.
 
 A `FormatError` is a `ValueError`, so callers that only care "was the input bad?" can catch
 that; the CLI prints `str(error)` as one line and exits 2.

@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 import yaml
 
+from jpushare.formats.errors import ClusterFileError
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.policy.fit import MAX_GPUS
 from jpushare.policy.model import Placement, Tier
-from jpushare.sim.errors import ClusterFileError
 
 NodeState = Literal["down", "up"]
 
@@ -68,10 +68,6 @@ class ClusterSpec:
     source: str = "<cluster>"
     # tier name -> its jobs' default (CPUs, MiB) per GPU; the simulator ignores them.
     tier_resources: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
-
-    @property
-    def node_names(self) -> tuple[str, ...]:
-        return tuple(sorted({p.node for p in self.placements}))
 
     def placements_of(self, node: str) -> tuple[Placement, ...]:
         return tuple(p for p in self.placements if p.node == node)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from jpushare.formats.errors import TraceFileError
+from jpushare.formats.trace_file import TraceJob, check_tiers, load_trace, parse_trace
 from jpushare.policy.model import Tier
-from jpushare.sim.errors import TraceFileError
-from jpushare.sim.trace_file import TraceJob, check_tiers, load_trace, parse_trace
 
 HEADER = "job_id,submit_time,duration,num_gpus,lab,min_tier,cancel_time,oom_on,time_limit\n"
 
