@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from jpushare.cli import main
-from jpushare.sim.cluster_file import load_cluster
-from jpushare.sim.trace_file import TraceJob
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import TraceJob
 from jpushare.slurm_peer.driver import PeerError, ensure_accounts, submit_all
 from jpushare.slurm_peer.plan import plan_requests
 

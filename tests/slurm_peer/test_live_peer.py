@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jpushare.sim.cluster_file import load_cluster
-from jpushare.sim.trace_file import load_trace
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import load_trace
 from jpushare.slurm_peer.driver import command_runner, run_trace
 from jpushare.slurm_peer.sacct import SACCT_FORMAT, parse_sacct
 from tests.missing import missing

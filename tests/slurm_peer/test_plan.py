@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jpushare.sim.cluster_file import load_cluster
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import TraceJob, load_trace
 from jpushare.sim.engine import AttemptEnd, JobState
 from jpushare.sim.report import jobs_csv, summary
-from jpushare.sim.trace_file import TraceJob, load_trace
 from jpushare.slurm_peer.plan import (
     gres_request,
     job_record,

@@ -72,10 +72,10 @@ def register(subparsers: Any) -> None:
 def run_cmd(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from jpushare.sim.cluster_file import load_cluster
-    from jpushare.sim.errors import FormatError
+    from jpushare.formats.cluster_file import load_cluster
+    from jpushare.formats.errors import FormatError
+    from jpushare.formats.trace_file import check_tiers, load_trace
     from jpushare.sim.report import comparison_text
-    from jpushare.sim.trace_file import check_tiers, load_trace
     from jpushare.slurm_peer.driver import PeerError, run_trace
 
     try:

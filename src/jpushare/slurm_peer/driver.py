@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jpushare.formats.cluster_file import ClusterSpec
+from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.watch import percentile
-from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.engine import SimResult
 from jpushare.sim.report import write_outputs
-from jpushare.sim.trace_file import TraceJob
 from jpushare.slurm_peer.plan import Request, account_of, plan_requests, to_result
 from jpushare.slurm_peer.sacct import SACCT_FORMAT, SacctJob, parse_sacct
 

@@ -29,11 +29,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from jpushare.formats.cluster_file import ClusterSpec
+from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.fit import check_fit, default_min_sort_order
 from jpushare.policy.model import Tier
-from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.engine import Attempt, AttemptEnd, JobRecord, JobState, SimResult
-from jpushare.sim.trace_file import TraceJob
 from jpushare.slurm_peer.sacct import SacctJob
 
 POLICY = "slurm"
