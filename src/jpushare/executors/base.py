@@ -11,16 +11,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from jpushare.vocabulary import NodeState as NodeState  # the shared word, named here too
+
 # The job's own JPU-Share variables, set by every executor on top of the job's environment.
 JOB_VARIABLES = ("JPUSHARE_JOB_ID", "JPUSHARE_ATTEMPT", "JPUSHARE_JOB_NAME", "JPUSHARE_NODE")
-
-
-class NodeState(StrEnum):
-    """A node's state as the policy needs it (Slurm's words)."""
-
-    UP = "up"  # idle, mixed, allocated: schedulable
-    DOWN = "down"  # down, not responding, fail: not schedulable (R5)
-    DRAIN = "drain"  # drained or draining: not schedulable (R5)
 
 
 @dataclass(frozen=True, slots=True)

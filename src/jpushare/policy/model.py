@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+
+from jpushare.vocabulary import ReleaseReason, WhyCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +102,6 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
 
 
-class ReleaseReason(StrEnum):
-    """Why a reservation ended (SPEC §3)."""
-
-    FILLED = "filled"  # the reservation reached num_gpus by absorbing (b) and dispatched
-    SWAP = "swap"  # the job dispatched under (a), elsewhere or beside it (STEP 8)
-    R3 = "r3"  # the job is no longer the top job
-    R5 = "r5"  # the placement is down, drained, gone, shrunk below the job, or taken
-    CANCEL = "cancel"  # the user cancelled the job (the shell emits this, not `decide`)
-
-
 @dataclass(frozen=True, slots=True)
 class Dispatch:
     """Start `job_id` on `num_gpus` GPUs of placement (node, tier)."""
@@ -161,17 +152,6 @@ class AccrueReservation:
 Action = Dispatch | StartReservation | AbsorbReservation | ReleaseReservation
 
 
-class WhyCode(StrEnum):
-    """Every answer to "why isn't my job running?" (SPEC §8)."""
-
-    RESERVING = "RESERVING"  # top job, holds r of n GPUs, waits for the rest
-    WAITING_FOR_GPUS = "WAITING_FOR_GPUS"  # no fit placement has enough idle GPUs
-    BEHIND_RESERVATION = "BEHIND_RESERVATION"  # it would fit, but the GPUs are reserved
-    WAITING_FOR_PRIORITY = "WAITING_FOR_PRIORITY"  # multi-GPU, not top: may not reserve (R2)
-    NO_SCHEDULABLE_PLACEMENT = "NO_SCHEDULABLE_PLACEMENT"  # every fit placement down/drained
-    NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # nothing in the inventory can hold it any more
-
-
 @dataclass(frozen=True, slots=True)
 class Why:
     """One queued job's answer, as data; `sentence` renders it for a person."""
@@ -211,3 +191,23 @@ class Decisions:
 
     def releases(self) -> list[ReleaseReservation]:
         return [a for a in self.actions if isinstance(a, ReleaseReservation)]
+
+
+__all__ = [  # ReleaseReason and WhyCode are the shared vocabulary's, named here too
+    "AbsorbReservation",
+    "AccrueReservation",
+    "Action",
+    "Decisions",
+    "Dispatch",
+    "Placement",
+    "QueuedJob",
+    "ReleaseReason",
+    "ReleaseReservation",
+    "Reservation",
+    "RunningJob",
+    "Snapshot",
+    "StartReservation",
+    "Tier",
+    "Why",
+    "WhyCode",
+]

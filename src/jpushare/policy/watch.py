@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jpushare.policy.model import ReleaseReason
+from jpushare.vocabulary import ReleaseReason
 
 # SPEC §10: the releases that mean the reservation did not lead to its job's start.
 FAILED_REASONS = (ReleaseReason.R3, ReleaseReason.R5, ReleaseReason.CANCEL)

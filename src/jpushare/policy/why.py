@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from jpushare.policy.model import Reservation, Why, WhyCode
+from jpushare.policy.model import Reservation, Why
+from jpushare.vocabulary import WhyCode
 
 
 class ClassView(NamedTuple):

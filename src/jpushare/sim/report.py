@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jpushare.policy.model import ReleaseReason
 from jpushare.policy.watch import (
     FAILED_REASONS,
     EndedJob,
@@ -24,6 +23,7 @@ from jpushare.policy.watch import (
     watch_figures,
 )
 from jpushare.sim.engine import JobRecord, JobState, SimResult
+from jpushare.vocabulary import ReleaseReason
 
 JOBS_COLUMNS = (
     "job_id",

@@ -25,10 +25,10 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from jpushare.policy.model import ReleaseReason
 from jpushare.policy.watch import FAILED_REASONS, EndedJob, ReservationSpan
 from jpushare.store.schema import ENDED_STATES, EventKind, Job, JobEvent, Lab
 from jpushare.store.times import to_epoch
+from jpushare.vocabulary import ReleaseReason
 
 _RESERVATION_EVENTS = (
     EventKind.RESERVATION_STARTED.value,
