@@ -6,7 +6,7 @@ replay (it calls `jpushare.policy.decide` itself for the `reservation` policy), 
 """
 
 from jpushare.sim.cluster_file import ClusterSpec, NodeEvent, load_cluster, parse_cluster
-from jpushare.sim.engine import Attempt, JobRecord, JobState, SimResult, simulate
+from jpushare.sim.engine import Attempt, SimResult, TraceJobResult, TraceJobState, simulate
 from jpushare.sim.errors import ClusterFileError, FormatError, TraceFileError
 from jpushare.sim.trace_file import TraceJob, check_tiers, load_trace, parse_trace
 
@@ -15,12 +15,12 @@ __all__ = [
     "ClusterFileError",
     "ClusterSpec",
     "FormatError",
-    "JobRecord",
-    "JobState",
     "NodeEvent",
     "SimResult",
     "TraceFileError",
     "TraceJob",
+    "TraceJobResult",
+    "TraceJobState",
     "check_tiers",
     "load_cluster",
     "load_trace",
