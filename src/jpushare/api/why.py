@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from jpushare.api.estimates import JobEstimate, job_estimate
 from jpushare.api.queries import placement_counts
@@ -53,8 +54,9 @@ from jpushare.policy.fit import fit_placements
 from jpushare.sim.estimate import StartEstimates
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
-from jpushare.store.schema import EventKind, JobState
+from jpushare.store.schema import EventKind
 from jpushare.time_limits import ended_by_time_limit, state_label
+from jpushare.vocabulary import AnswerCode, JobId, JobState, store_job_id
 
 PlacementKey = tuple[str, str]
 
@@ -74,9 +76,9 @@ class QueueView:
 
     snapshot: Snapshot
     decisions: Decisions
-    ranks: Mapping[str, int]  # policy job id -> 0-based rank
-    queued: Mapping[str, QueuedJob]
-    planned: Mapping[str, tuple[Action, ...]]  # per job, what the next cycle would do
+    ranks: Mapping[JobId, int]  # 0-based
+    queued: Mapping[JobId, QueuedJob]
+    planned: Mapping[JobId, tuple[Action, ...]]  # per job, what the next cycle would do
     held: Mapping[PlacementKey, tuple[QueuedJob, ...]]  # recorded reservations per placement
     r3_releases: Mapping[PlacementKey, tuple[ReleaseReservation, ...]]  # next cycle's R3
     tiers: Mapping[str, Tier]
@@ -89,7 +91,7 @@ class QueueView:
     ) -> QueueView:
         decisions = decide(snapshot, placement_order)
         held: dict[PlacementKey, list[QueuedJob]] = defaultdict(list)
-        for job in sorted(snapshot.queue, key=lambda q: int(q.job_id)):
+        for job in sorted(snapshot.queue, key=lambda q: store_job_id(q.job_id)):
             if job.reservation is not None:
                 held[(job.reservation.node, job.reservation.tier)].append(job)
         planned: dict[str, list[Action]] = defaultdict(list)
@@ -112,7 +114,7 @@ class QueueView:
 
     @property
     def top_job_id(self) -> int | None:
-        return int(self.decisions.order[0]) if self.decisions.order else None
+        return store_job_id(self.decisions.order[0]) if self.decisions.order else None
 
     def fit_table(self, num_gpus: int, min_sort_order: int) -> FitTable:
         """Cached per class: a page of the queue has many jobs and few classes."""
@@ -150,7 +152,7 @@ class QueueView:
             schedulable=p.schedulable,
             reservations=[
                 PlacementReservation(
-                    job_id=int(j.job_id),
+                    job_id=store_job_id(j.job_id),
                     gpus=_gpus_held(j),
                     of=j.num_gpus,
                     since=_since(j.reservation),
@@ -180,7 +182,7 @@ def _reservation(res: Reservation | None, num_gpus: int) -> ReservationPublic | 
 class QueuedAnswer:
     """One queued job's answer; `why` and `queue` both render this, so they agree."""
 
-    code: str
+    code: AnswerCode
     sentence: str
     facts: Facts
     table: FitTable
@@ -226,7 +228,7 @@ def answer(view: QueueView, job_id: str) -> QueuedAnswer:
     return QueuedAnswer(code, sentence(code, facts, projection), facts, table, planned)
 
 
-def _code(policy: WhyCode | None, facts: Facts) -> str:
+def _code(policy: WhyCode | None, facts: Facts) -> AnswerCode:
     """The code for the job as it is now (SPEC §8's fixed set, plus STARTING).
 
     The policy's code describes the job as the next cycle would leave it; a reservation
@@ -236,14 +238,14 @@ def _code(policy: WhyCode | None, facts: Facts) -> str:
     if policy is None:
         return STARTING
     if policy in (WhyCode.NO_FIT_PLACEMENT, WhyCode.NO_SCHEDULABLE_PLACEMENT):
-        return policy.value
+        return policy
     if facts.reservation is not None:
-        return WhyCode.RESERVING.value
+        return WhyCode.RESERVING
     if policy is WhyCode.BEHIND_RESERVATION and facts.blocking is not None:
-        return WhyCode.BEHIND_RESERVATION.value
+        return WhyCode.BEHIND_RESERVATION
     if facts.rank > 0 and facts.num_gpus >= 2:
-        return WhyCode.WAITING_FOR_PRIORITY.value
-    return WhyCode.WAITING_FOR_GPUS.value
+        return WhyCode.WAITING_FOR_PRIORITY
+    return WhyCode.WAITING_FOR_GPUS
 
 
 def _freed_by(
@@ -279,7 +281,7 @@ def _planned_public(actions: Sequence[Action]) -> list[PlannedActionPublic]:
         else:
             out.append(
                 PlannedActionPublic(
-                    action="release", node=a.node, tier=a.tier, gpus=a.gpus, reason=a.reason.value
+                    action="release", node=a.node, tier=a.tier, gpus=a.gpus, reason=a.reason
                 )
             )
     return out
@@ -293,7 +295,7 @@ _BASIS_WORDS = {
 }
 
 
-def estimate_sentence(est: JobEstimate, now: float, code: str) -> str:
+def estimate_sentence(est: JobEstimate, now: float, code: AnswerCode) -> str:
     """The start estimate as a projection, with what it assumes ("" without one, and for
     a job the next cycle starts: the sentence already says so)."""
     if est.start is None or code == STARTING:
@@ -333,7 +335,7 @@ def queued_why(
     if f.blocking is not None:
         bid, bres = f.blocking
         blocking = BlockingPublic(
-            job_id=int(bid), reservation=_reservation(bres, view.queued[bid].num_gpus)
+            job_id=store_job_id(bid), reservation=_reservation(bres, view.queued[bid].num_gpus)
         )
     return WhyPublic(
         job_id=job.id,
@@ -379,7 +381,7 @@ def queue_entries(
     order = view.decisions.order
     for rank in range(offset, min(len(order), offset + limit)):
         jid = order[rank]
-        job = records.get(int(jid))
+        job = records.get(store_job_id(jid))
         q = view.queued[jid]
         if job is None:  # ended between the snapshot and this read: leave it out
             continue
@@ -424,36 +426,44 @@ def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
     notes: list[str] = []
     for e in history:
         d = e.detail or {}
-        if e.kind == EventKind.OOM_REQUEUED.value:
+        if e.kind is EventKind.OOM_REQUEUED:
             ran_on = d.get("ran_on") or d.get("tier") or "?"
             nxt = d.get("next_tier")
             retry = f", retried at >= {nxt}" if nxt else ", retried"
             notes.append(f"OOM on {ran_on} (attempt {d.get('attempt', '?')}){retry}")
-        elif e.kind == EventKind.NODE_FAIL_REQUEUED.value:
+        elif e.kind is EventKind.NODE_FAIL_REQUEUED:
             notes.append(
                 f"node {d.get('node', '?')} failed under attempt {d.get('attempt', '?')} at "
                 f"{when(e.at)}; requeued"
             )
-        elif e.kind == EventKind.DISPATCH_UNDONE.value:
+        elif e.kind is EventKind.DISPATCH_UNDONE:
             notes.append(
                 f"dispatch to {d.get('node', '?')} ({d.get('tier', '?')}) undone at {when(e.at)}:"
                 f" {d.get('reason', 'no reason given')}"
             )
-        elif e.kind == EventKind.RELEASED.value and d.get("reason") in ("r3", "r5"):
-            why = (
-                "it was no longer the top job (R3)"
-                if d.get("reason") == "r3"
-                else "its placement went down, was drained or shrank (R5)"
-            )
+        elif e.kind is EventKind.RELEASED and (reason := _reason(d)) in _NOTED_RELEASES:
+            assert reason is not None
             notes.append(
                 f"its reservation of {d.get('gpus', '?')} GPUs on {d.get('node', '?')} "
-                f"({d.get('tier', '?')}) was released at {when(e.at)}: {why}"
+                f"({d.get('tier', '?')}) was released at {when(e.at)}: {reason.sentence_then}"
             )
     return notes[-5:]
 
 
+# The releases a person asking "why" should know of: the others started or cancelled the job.
+_NOTED_RELEASES = (ReleaseReason.R3, ReleaseReason.R5)
+
+
+def _reason(detail: Mapping[str, Any]) -> ReleaseReason | None:
+    """A `released` event's reason (None if it names none this version knows)."""
+    try:
+        return ReleaseReason(detail["reason"])
+    except (KeyError, ValueError):
+        return None
+
+
 def _last(history: Sequence[JobEventRecord], kind: EventKind) -> JobEventRecord | None:
-    return next((e for e in reversed(history) if e.kind == kind.value), None)
+    return next((e for e in reversed(history) if e.kind is kind), None)
 
 
 def history_why(
@@ -465,23 +475,23 @@ def history_why(
     """The answer for a job that is not queued: its state, and how it got there."""
     where = f"{job.node_name} ({job.tier_name})" if job.node_name else "its placement"
     state = job.state
-    if state == JobState.DISPATCHED.value:
+    if state is JobState.DISPATCHED:
         sentence = (
             f"DISPATCHED to {where} at {when(job.dispatched_at)} (attempt {job.attempts}); "
             "waiting for the executor to start it."
         )
-    elif state == JobState.RUNNING.value:
+    elif state is JobState.RUNNING:
         ran = (now - job.started_at).total_seconds() if job.started_at else 0.0
         sentence = (
             f"RUNNING on {where} since {when(job.started_at)} ({_duration(ran)}, "
             f"attempt {job.attempts})."
         )
-    elif state == JobState.COMPLETED.value:
+    elif state is JobState.COMPLETED:
         sentence = f"COMPLETED on {where} at {when(job.ended_at)}{_ran_for(job)}."
-    elif state == JobState.FAILED.value and ended_by_time_limit(state, job.reason):
+    elif state is JobState.FAILED and ended_by_time_limit(state, job.reason):
         sentence = f"{state_label(state, job.reason)}: {job.reason}"
         sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
-    elif state == JobState.FAILED.value:
+    elif state is JobState.FAILED:
         if job.exit_code is not None:
             sentence = f"FAILED: exit code {job.exit_code}"
             if job.reason:
@@ -489,7 +499,7 @@ def history_why(
         else:
             sentence = f"FAILED: {job.reason or 'no reason recorded'}"
         sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
-    elif state == JobState.CANCELLED.value:
+    elif state is JobState.CANCELLED:
         sentence = f"CANCELLED at {when(job.ended_at)}"
         if job.reason:
             sentence += f" ({job.reason})"
@@ -497,7 +507,7 @@ def history_why(
     else:
         sentence = f"{state}."
     charged = _last(history, EventKind.CHARGED)
-    if JobState(state).ended and charged is not None:
+    if state.ended and charged is not None:
         sentence += f" Its lab was charged {job.charged_tflop_s:,.0f} TFLOP-s in all."
     notes = history_notes(history)
     if notes:
