@@ -9,18 +9,20 @@ compares equal to (and serialises as) the string it replaced.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal, NewType
+from typing import Literal, TypeAlias
 
-JobId = NewType("JobId", str)
-"""A job as the policy, the simulator and the executors know it: text. The store keeps
-integers (what people type: `jpushare why 42`) and converts at its boundary with
-`job_id` / `store_job_id`. The policy compares ids as text only to break ties between jobs
-of one lab that entered the queue in the same microsecond, where any fixed order is fair."""
+JobId: TypeAlias = str
+"""A job as the policy, the simulator and the executors know it: text (a trace's or a
+test's names, or the store's integer written out). The store keeps integers (what people
+type: `jpushare why 42`) and converts at its boundary with `job_id` / `store_job_id`, the
+only casts. The policy compares ids as text only to break ties between jobs of one lab
+that entered the queue in the same microsecond, where any fixed order is fair. (An alias,
+not a NewType: policy tests index decisions by literal names such as "jobA".)"""
 
 
 def job_id(store_id: int) -> JobId:
     """The id the policy knows the store's job `store_id` by."""
-    return JobId(str(store_id))
+    return str(store_id)
 
 
 def store_job_id(job: JobId) -> int:

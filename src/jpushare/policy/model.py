@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jpushare.vocabulary import ReleaseReason, WhyCode
+from jpushare.vocabulary import JobId, ReleaseReason, WhyCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class Reservation:
 class QueuedJob:
     """A job in GLOBAL_QUEUE_WAIT."""
 
-    job_id: str
+    job_id: JobId
     lab: str
     num_gpus: int
     min_sort_order: int  # minimum_tier_sort_order: fit needs tier.sort_order >= this
@@ -82,7 +82,7 @@ class QueuedJob:
 class RunningJob:
     """A job that holds GPUs now. Only the `backfill` peer policy reads these."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     num_gpus: int
@@ -106,7 +106,7 @@ class Snapshot:
 class Dispatch:
     """Start `job_id` on `num_gpus` GPUs of placement (node, tier)."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     num_gpus: int
@@ -114,7 +114,7 @@ class Dispatch:
 
 @dataclass(frozen=True, slots=True)
 class StartReservation:
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int
@@ -124,7 +124,7 @@ class StartReservation:
 class AbsorbReservation:
     """The reservation grows by `added` idle GPUs of its own placement, to `total`."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     added: int
@@ -133,7 +133,7 @@ class AbsorbReservation:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseReservation:
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int
@@ -144,7 +144,7 @@ class ReleaseReservation:
 class AccrueReservation:
     """Reservation cost since `last_accrued_at`, into the job (not the lab): SPEC §4."""
 
-    job_id: str
+    job_id: JobId
     tflop_s: float
     accrued_to: float
 
@@ -156,17 +156,17 @@ Action = Dispatch | StartReservation | AbsorbReservation | ReleaseReservation
 class Why:
     """One queued job's answer, as data; `sentence` renders it for a person."""
 
-    job_id: str
+    job_id: JobId
     code: WhyCode
     rank: int  # 0 = top job
     queue_length: int
-    top_job_id: str
+    top_job_id: JobId
     num_gpus: int
     fit_placements: int  # how many placements fit the job (static)
     schedulable_fit_placements: int
     best_idle: int  # the most idle GPUs on one fit placement when the cycle reached the job
     reservation: Reservation | None = None  # the job's own
-    blocking_job_id: str | None = None  # whose reservation holds GPUs it could use
+    blocking_job_id: JobId | None = None  # whose reservation holds GPUs it could use
     blocking_reservation: Reservation | None = None
 
     @property
@@ -181,10 +181,10 @@ class Decisions:
     """One cycle's output. `actions` is in the order the cycle took them."""
 
     now: float
-    order: tuple[str, ...]  # the queue in rank order, job ids
+    order: tuple[JobId, ...]  # the queue in rank order, job ids
     actions: tuple[Action, ...]
     accruals: tuple[AccrueReservation, ...] = ()
-    why: Mapping[str, Why] = field(default_factory=dict)  # every job still queued after the cycle
+    why: Mapping[JobId, Why] = field(default_factory=dict)  # every job still queued after the cycle
 
     def dispatches(self) -> list[Dispatch]:
         return [a for a in self.actions if isinstance(a, Dispatch)]

@@ -34,8 +34,8 @@ from jpushare.executors.base import Executor
 from jpushare.executors.local import LOG_TAIL_BYTES
 from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
 from jpushare.store.records import JobRecord, UserRecord
-from jpushare.store.schema import JobState
 from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account
+from jpushare.vocabulary import JobState
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     history = store.job_history(session, job_id)
     tiers = queries.tier_names_by_sort_order(session)
     now = ctx.clock()
-    if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
+    if job.state is JobState.GLOBAL_QUEUE_WAIT:
         snapshot = store.load_snapshot(session, now, ctx.busy(session))
         view = QueueView.of(snapshot, ctx.placement_order)
         if job.policy_id in view.queued:
