@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jpushare.vocabulary import JobId, ReleaseReason, WhyCode
+from jpushare.vocabulary import JobId
+from jpushare.vocabulary import ReleaseReason as ReleaseReason  # the shared words, named here
+from jpushare.vocabulary import WhyCode as WhyCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,23 +193,3 @@ class Decisions:
 
     def releases(self) -> list[ReleaseReservation]:
         return [a for a in self.actions if isinstance(a, ReleaseReservation)]
-
-
-__all__ = [  # ReleaseReason and WhyCode are the shared vocabulary's, named here too
-    "AbsorbReservation",
-    "AccrueReservation",
-    "Action",
-    "Decisions",
-    "Dispatch",
-    "Placement",
-    "QueuedJob",
-    "ReleaseReason",
-    "ReleaseReservation",
-    "Reservation",
-    "RunningJob",
-    "Snapshot",
-    "StartReservation",
-    "Tier",
-    "Why",
-    "WhyCode",
-]
