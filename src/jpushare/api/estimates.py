@@ -30,6 +30,7 @@ from jpushare.sim.estimate import (
     estimate_starts,
 )
 from jpushare.store.run_history import completed_runs, waiting_and_running_owners
+from jpushare.vocabulary import job_id
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def job_estimate(estimates: StartEstimates | None, job_id: str) -> JobEstimate:
 def load_inputs(session: Session) -> Inputs:
     """The owners of the queued and running jobs and the recent completed runs."""
     owners = {
-        str(jid): JobOwner(user, lab)
+        job_id(jid): JobOwner(user, lab)
         for jid, (user, lab) in waiting_and_running_owners(session).items()
     }
     runs = [PastRun(r.user, r.lab, r.num_gpus, r.run_s) for r in completed_runs(session)]

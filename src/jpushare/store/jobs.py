@@ -36,11 +36,6 @@ _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
 
 
-def policy_job_id(job_id: int) -> str:
-    """The id the policy knows a job by."""
-    return str(job_id)
-
-
 def parse_job_id(value: str | int) -> int:
     """A job id from the policy or a person ('42', 42); InvalidRequest if it is not one."""
     try:
