@@ -685,6 +685,13 @@ class ErrorPublic(BaseModel):
 # --- records -> public ----------------------------------------------------------------------
 
 
+# JobPublic's fields that the record holds under the same name (the rest are renamed or
+# computed below): a field added to the record and to the schema family appears here by itself.
+_JOB_FIELDS_AS_RECORDED = tuple(
+    name for name in JobPublic.model_fields if name in JobRecord.__dataclass_fields__
+)
+
+
 def job_public(
     job: JobRecord, tier_by_order: dict[int, str], *, environment: bool = False
 ) -> JobPublic:
@@ -697,38 +704,20 @@ def job_public(
             of=job.num_gpus,
             since=job.reservation_since,
         )
+    recorded = {name: getattr(job, name) for name in _JOB_FIELDS_AS_RECORDED}
+    if not environment:
+        recorded["environment"] = None
     return JobPublic(
-        id=job.id,
-        name=job.name,
-        command=job.command,
+        **recorded,
         user=job.user_name,
         lab=job.lab_name,
-        num_gpus=job.num_gpus,
         min_tier=tier_by_order.get(job.minimum_tier_sort_order),
-        minimum_tier_sort_order=job.minimum_tier_sort_order,
-        state=job.state,
         state_label=state_label(job.state, job.reason),
-        submitted_at=job.submitted_at,
-        queue_entered_at=job.queue_entered_at,
-        dispatched_at=job.dispatched_at,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
         node=job.node_name,
         tier=job.tier_name,
-        attempts=job.attempts,
-        exit_code=job.exit_code,
-        reason=job.reason,
-        time_limit_s=job.time_limit_s,
         run_cost_tflop_s=job.run_cost,
         reservation_cost_tflop_s=job.reservation_gpu_seconds,
-        charged_tflop_s=job.charged_tflop_s,
         reservation=reservation,
-        workdir=job.workdir,
-        output_path=job.output_path,
-        error_path=job.error_path,
-        cpus_per_gpu=job.cpus_per_gpu,
-        mem_per_gpu_mb=job.mem_per_gpu_mb,
-        environment=job.environment if environment else None,
     )
 
 
