@@ -8,8 +8,7 @@ on that same snapshot: what the next cycle would do if nothing changed before it
 (nothing is recorded: the decisions are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
 figures with the same `queries.placement_counts`. A job that is not queued gets its state
-and what its `job_events` history says (where it runs, how it ended, OOM retries, undone
-dispatches).
+and what its `job_events` history says (`api.why_history`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from jpushare.api.estimates import JobEstimate, job_estimate
 from jpushare.api.queries import placement_counts
@@ -32,7 +30,8 @@ from jpushare.api.schemas import (
     ReservationPublic,
     WhyPublic,
 )
-from jpushare.api.why_text import STARTING, Facts, Projection, sentence, when
+from jpushare.api.why_history import history_notes
+from jpushare.api.why_text import STARTING, Facts, Projection, duration, sentence, when
 from jpushare.policy import (
     AbsorbReservation,
     Action,
@@ -54,9 +53,7 @@ from jpushare.policy.fit import fit_placements
 from jpushare.sim.estimate import StartEstimates
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
-from jpushare.store.schema import EventKind
-from jpushare.time_limits import ended_by_time_limit, state_label
-from jpushare.vocabulary import AnswerCode, JobId, JobState, store_job_id
+from jpushare.vocabulary import AnswerCode, JobId, store_job_id
 
 PlacementKey = tuple[str, str]
 
@@ -303,7 +300,7 @@ def estimate_sentence(est: JobEstimate, now: float, code: AnswerCode) -> str:
     start = max(est.start, now)
     ahead = "" if est.basis is None else f"; its own run is taken as {_BASIS_WORDS[est.basis]}"
     return (
-        f"Estimated to start around {when(from_epoch(start))} (in {_duration(start - now)}),"
+        f"Estimated to start around {when(from_epoch(start))} (in {duration(start - now)}),"
         " assuming running and queued jobs end at their time limits (or, lacking one, their"
         f" users' usual run times) and no job arrives ahead of it{ahead}."
     )
@@ -409,138 +406,11 @@ def queue_entries(
     return out
 
 
-def _duration(seconds: float) -> str:
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-# --- jobs that are not queued: their history -------------------------------------------------
-
-
-def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
-    """What happened before that a person asking "why" should know, oldest first."""
-    notes: list[str] = []
-    for e in history:
-        d = e.detail or {}
-        if e.kind is EventKind.OOM_REQUEUED:
-            ran_on = d.get("ran_on") or d.get("tier") or "?"
-            nxt = d.get("next_tier")
-            retry = f", retried at >= {nxt}" if nxt else ", retried"
-            notes.append(f"OOM on {ran_on} (attempt {d.get('attempt', '?')}){retry}")
-        elif e.kind is EventKind.NODE_FAIL_REQUEUED:
-            notes.append(
-                f"node {d.get('node', '?')} failed under attempt {d.get('attempt', '?')} at "
-                f"{when(e.at)}; requeued"
-            )
-        elif e.kind is EventKind.DISPATCH_UNDONE:
-            notes.append(
-                f"dispatch to {d.get('node', '?')} ({d.get('tier', '?')}) undone at {when(e.at)}:"
-                f" {d.get('reason', 'no reason given')}"
-            )
-        elif e.kind is EventKind.RELEASED and (reason := _reason(d)) in _NOTED_RELEASES:
-            assert reason is not None
-            notes.append(
-                f"its reservation of {d.get('gpus', '?')} GPUs on {d.get('node', '?')} "
-                f"({d.get('tier', '?')}) was released at {when(e.at)}: {reason.sentence_then}"
-            )
-    return notes[-5:]
-
-
-# The releases a person asking "why" should know of: the others started or cancelled the job.
-_NOTED_RELEASES = (ReleaseReason.R3, ReleaseReason.R5)
-
-
-def _reason(detail: Mapping[str, Any]) -> ReleaseReason | None:
-    """A `released` event's reason (None if it names none this version knows)."""
-    try:
-        return ReleaseReason(detail["reason"])
-    except (KeyError, ValueError):
-        return None
-
-
-def _last(history: Sequence[JobEventRecord], kind: EventKind) -> JobEventRecord | None:
-    return next((e for e in reversed(history) if e.kind is kind), None)
-
-
-def history_why(
-    job: JobRecord,
-    history: Sequence[JobEventRecord],
-    tier_by_order: Mapping[int, str],
-    now: datetime,
-) -> WhyPublic:
-    """The answer for a job that is not queued: its state, and how it got there."""
-    where = f"{job.node_name} ({job.tier_name})" if job.node_name else "its placement"
-    state = job.state
-    if state is JobState.DISPATCHED:
-        sentence = (
-            f"DISPATCHED to {where} at {when(job.dispatched_at)} (attempt {job.attempts}); "
-            "waiting for the executor to start it."
-        )
-    elif state is JobState.RUNNING:
-        ran = (now - job.started_at).total_seconds() if job.started_at else 0.0
-        sentence = (
-            f"RUNNING on {where} since {when(job.started_at)} ({_duration(ran)}, "
-            f"attempt {job.attempts})."
-        )
-    elif state is JobState.COMPLETED:
-        sentence = f"COMPLETED on {where} at {when(job.ended_at)}{_ran_for(job)}."
-    elif state is JobState.FAILED and ended_by_time_limit(state, job.reason):
-        sentence = f"{state_label(state, job.reason)}: {job.reason}"
-        sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
-    elif state is JobState.FAILED:
-        if job.exit_code is not None:
-            sentence = f"FAILED: exit code {job.exit_code}"
-            if job.reason:
-                sentence += f" ({job.reason})"
-        else:
-            sentence = f"FAILED: {job.reason or 'no reason recorded'}"
-        sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
-    elif state is JobState.CANCELLED:
-        sentence = f"CANCELLED at {when(job.ended_at)}"
-        if job.reason:
-            sentence += f" ({job.reason})"
-        sentence += "."
-    else:
-        sentence = f"{state}."
-    charged = _last(history, EventKind.CHARGED)
-    if state.ended and charged is not None:
-        sentence += f" Its lab was charged {job.charged_tflop_s:,.0f} TFLOP-s in all."
-    notes = history_notes(history)
-    if notes:
-        sentence += " Earlier: " + "; ".join(notes) + "."
-    return WhyPublic(
-        job_id=job.id,
-        state=state,
-        code=state,
-        sentence=sentence,
-        num_gpus=job.num_gpus,
-        min_tier=tier_by_order.get(job.minimum_tier_sort_order),
-        dispatch=(
-            DispatchPublic(node=job.node_name, tier=job.tier_name, num_gpus=job.num_gpus)
-            if job.node_name and job.tier_name
-            else None
-        ),
-        notes=notes,
-    )
-
-
-def _ran_for(job: JobRecord) -> str:
-    if job.started_at is None or job.ended_at is None:
-        return ""
-    return f" after {_duration((job.ended_at - job.started_at).total_seconds())}"
-
-
 __all__ = [
     "STARTING",
     "QueueView",
     "answer",
     "estimate_sentence",
-    "history_notes",
-    "history_why",
     "queue_entries",
     "queued_why",
 ]

@@ -58,6 +58,16 @@ def when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def duration(seconds: float) -> str:
+    """A span for a sentence: '45s', '12m05s', '3h07m'."""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
 def epoch_time(t: float) -> str:
     """A time of the policy's clock (UNIX seconds in the service) for a sentence."""
     return when(from_epoch(t))
@@ -195,4 +205,4 @@ def _still_waiting(code: AnswerCode, f: Facts, p: Projection) -> list[str]:
     return []
 
 
-__all__ = ["STARTING", "Facts", "Projection", "epoch_time", "gpus", "sentence", "when"]
+__all__ = ["STARTING", "Facts", "Projection", "duration", "epoch_time", "gpus", "sentence", "when"]

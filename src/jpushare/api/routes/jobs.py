@@ -29,7 +29,8 @@ from jpushare.api.schemas import (
     job_public,
 )
 from jpushare.api.time_window import parse_when
-from jpushare.api.why import QueueView, history_why, queued_why
+from jpushare.api.why import QueueView, queued_why
+from jpushare.api.why_history import history_why
 from jpushare.executors.base import Executor
 from jpushare.executors.local import LOG_TAIL_BYTES
 from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
