@@ -30,7 +30,7 @@ from jpushare.sim.estimate import (
     estimate_starts,
 )
 from jpushare.store.run_history import completed_runs, waiting_and_running_owners
-from jpushare.vocabulary import job_id
+from jpushare.vocabulary import JobId, job_id
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class StartEstimateCache:
         return age >= self.cycle_s or age < 0
 
 
-def job_estimate(estimates: StartEstimates | None, job_id: str) -> JobEstimate:
+def job_estimate(estimates: StartEstimates | None, job_id: JobId) -> JobEstimate:
     """One job's figures from a forecast (both None when there is none)."""
     if estimates is None:
         return JobEstimate(None, None)

@@ -186,7 +186,7 @@ class QueuedAnswer:
     planned: tuple[Action, ...]
 
 
-def answer(view: QueueView, job_id: str) -> QueuedAnswer:
+def answer(view: QueueView, job_id: JobId) -> QueuedAnswer:
     """The facts, the present code, the projection and the sentence for a queued job."""
     job = view.queued[job_id]
     rank = view.ranks[job_id]
@@ -246,7 +246,7 @@ def _code(policy: WhyCode | None, facts: Facts) -> AnswerCode:
 
 
 def _freed_by(
-    view: QueueView, job_id: str, planned: Sequence[Action]
+    view: QueueView, job_id: JobId, planned: Sequence[Action]
 ) -> tuple[ReleaseReservation, ...]:
     """Other jobs' reservations the next cycle releases (R3) on a placement where this job
     would start, reserve or absorb: the GPUs it takes are reserved now."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from jpushare.policy.model import Reservation, Why
-from jpushare.vocabulary import WhyCode
+from jpushare.vocabulary import JobId, WhyCode
 
 
 class ClassView(NamedTuple):
@@ -55,13 +55,13 @@ class WhyTable(Mapping[str, Why]):
         self,
         raw: dict[str, tuple[int, int, ClassView, Reservation | None]],
         queue_length: int,
-        top_job_id: str,
+        top_job_id: JobId,
     ) -> None:
         self._raw = raw
         self._queue_length = queue_length
         self._top_job_id = top_job_id
 
-    def __getitem__(self, job_id: str) -> Why:
+    def __getitem__(self, job_id: JobId) -> Why:
         rank, num_gpus, view, reservation = self._raw[job_id]
         code = classify(rank, num_gpus, view, reservation)
         blocker = view.blocker if code is WhyCode.BEHIND_RESERVATION else None

@@ -95,6 +95,7 @@ from jpushare.policy.order import (
 from jpushare.policy.peers import POLICIES, IndexedRunning, Policy, RunningEnds
 from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.trace_file import TraceJob, check_tiers
+from jpushare.vocabulary import JobId
 
 Key = tuple[str, str]  # (node, tier)
 Observer = Callable[[Snapshot, Decisions], None]
@@ -138,7 +139,7 @@ class Attempt:
 class TraceJobResult:
     """One trace job after the replay."""
 
-    job_id: str
+    job_id: JobId
     lab: str
     num_gpus: int
     state: TraceJobState
@@ -167,7 +168,7 @@ class TraceJobResult:
 class ReservationRecord:
     """One reservation from start to release (`ended_at`/`reason` None: still held)."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int  # size when it ended
@@ -348,7 +349,7 @@ _END, _CANCEL, _NODE = 0, 1, 2
 
 @dataclass(slots=True)
 class _ReservationLog:
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int
@@ -664,7 +665,7 @@ class _Engine:
         self.queue[q.job_id] = q
         self.lab_queues.put(q)
 
-    def _dequeue(self, job_id: str) -> None:
+    def _dequeue(self, job_id: JobId) -> None:
         self.lab_queues.remove(self.queue.pop(job_id))
 
     def _running(self) -> tuple[RunningJob, ...]:
