@@ -136,7 +136,7 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
     job = rig.job(big)
     assert (job.state, job.reserved_gpus, job.run_cost) == ("CANCELLED", 0, 0.0)
     assert rig.released(big) == [ReleaseReason.CANCEL.value]
-    events = {e.kind: e for e in rig.events(big)}
+    events = {str(e.kind): e for e in rig.events(big)}
     held_s = (events["released"].at - events["reservation_started"].at).total_seconds()
     expected = 1 * held_s * TFLOPS["rtx4090"]  # event times: within a millisecond
     assert job.reservation_gpu_seconds == pytest.approx(expected, abs=1e-3 * TFLOPS["rtx4090"])
