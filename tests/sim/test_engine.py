@@ -12,7 +12,6 @@ from jpushare.policy.decide import RankedQueue, decide, queue_order
 from jpushare.policy.model import Decisions, QueuedJob, ReleaseReason, Snapshot
 from jpushare.policy.order import IndexedPlacements, PlacementOrder
 from jpushare.policy.peers import POLICIES
-from jpushare.formats.cluster_file import NodeEvent
 from jpushare.sim.engine import (
     Attempt,
     AttemptEnd,

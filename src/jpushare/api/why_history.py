@@ -1,6 +1,6 @@
 """The "why" of a job that is not queued: its state, and what its `job_events` say about how
-it got there (where it runs, how it ended, OOM retries, requeues after a node failure, lost reservations).
-No I/O: the records in, the answer out."""
+it got there (where it runs, how it ended, OOM retries, requeues after a node failure, lost
+reservations). No I/O: the records in, the answer out."""
 
 from __future__ import annotations
 

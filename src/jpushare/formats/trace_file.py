@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jpushare.formats.errors import TraceFileError
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
 from jpushare.policy.model import Tier
-from jpushare.formats.errors import TraceFileError
 from jpushare.vocabulary import JobId
 
 REQUIRED_COLUMNS = ("job_id", "submit_time", "duration", "num_gpus", "lab")

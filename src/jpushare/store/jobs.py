@@ -208,8 +208,6 @@ def _insert_job_and_event() -> Select[Any]:
 _INSERT_JOB_AND_EVENT = _insert_job_and_event()
 
 
-
-
 def submit(
     session: Session,
     *,
