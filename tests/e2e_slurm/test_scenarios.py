@@ -1,7 +1,8 @@
 """SPEC §9 scenarios end to end on the real Slurm cluster: the real dispatcher cycle, the real
 SlurmExecutor (sinfo / sbatch / squeue / scancel) and the store, with short jobs.
 
-S2/S3 (beside a foreign Slurm job, on SQLite and PostgreSQL), S4 swap, S10 OOM
+S2/S3 (beside a foreign Slurm job, on SQLite and PostgreSQL: tests/scenario_s2.py, which
+tests/dispatcher runs on the other executors), S4 swap, S10 OOM
 escalation, S11 cancel during a reservation, S12 a node set down with `scontrol`, and a
 run squeue has forgotten (as after `MinJobAge`) that must not run twice. Each test opens
 only the nodes it needs (conftest.py); placements are tried strongest tier first.
@@ -15,9 +16,9 @@ from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, run_cycle
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.policy.model import ReleaseReason
-from jpushare.store.observations import load_observed_busy
 from tests.e2e_slurm.conftest import TFLOPS, SlurmRig, slurm_state, waits_for
 from tests.executors.live_slurm import require_root, slurm
+from tests.scenario_s2 import reserve_then_fill
 
 pytestmark = pytest.mark.slurm
 
@@ -42,42 +43,12 @@ def test_s2_s3_a_two_gpu_job_reserves_beside_a_foreign_job_then_fills_and_starts
     rig.open_only("node-a")  # 2 x rtx4090
     flag = rig.flag("foreign")
     rig.foreign_job("node-a", "rtx4090:1", flag)  # sbatch'd outside JPU-Share
-    big = rig.submit("bob", 2, "sleep 2")
 
-    # S2: the foreign job's GPU is busy; the top job reserves the one idle GPU.
-    rig.cycle_until(lambda: rig.job(big).reserved_gpus == 1, "the 2-GPU job reserves")
-    job = rig.job(big)
-    assert (job.state, job.reserved_node_name, job.reserved_tier_name) == (
-        "GLOBAL_QUEUE_WAIT",
-        "node-a",
-        "rtx4090",
-    )
-    with rig.sessions() as s:
-        assert load_observed_busy(s) == {("node-a", "rtx4090"): 1}
-    for _ in range(3):
-        rig.cycle()
-    assert (rig.job(big).state, rig.job(big).reserved_gpus) == ("GLOBAL_QUEUE_WAIT", 1)
-    assert rig.run_names() == []  # nothing sbatch'd while it waits
+    big = reserve_then_fill(rig, flag.touch, "sleep 2")
 
-    # S3: the foreign job ends; the reservation absorbs its GPU, fills and dispatches.
-    flag.touch()
-    rig.cycle_until(rig.state_is(big, "RUNNING", "COMPLETED"), "the 2-GPU job starts")
-    job = rig.job(big)
-    assert (job.node_name, job.tier_name, job.reserved_gpus) == ("node-a", "rtx4090", 0)
-    kinds = rig.kinds(big)
-    assert kinds.index("reservation_started") < kinds.index("absorbed")
-    assert kinds.index("absorbed") < kinds.index("dispatched")
-    assert rig.released(big) == [ReleaseReason.FILLED.value]
     name = rig.run_name(big)
+    assert rig.run_names() == [name]  # sbatch'd once, only once it filled
     assert slurm_field(name, "%P|%b") == "gpu|gres:gpu:rtx4090:2"
-
-    rig.cycle_until(rig.state_is(big, "COMPLETED"), "the 2-GPU job completes")
-    job = rig.job(big)
-    assert rig.run_names() == [name]
-    assert job.run_cost == pytest.approx(2 * run_seconds(rig, big) * TFLOPS["rtx4090"])
-    assert job.reservation_gpu_seconds > 0
-    assert rig.usage("KDG") == pytest.approx(job.run_cost + job.reservation_gpu_seconds)
-    assert rig.kinds(big).count("charged") == 1
 
 
 def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
@@ -136,7 +107,7 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
     job = rig.job(big)
     assert (job.state, job.reserved_gpus, job.run_cost) == ("CANCELLED", 0, 0.0)
     assert rig.released(big) == [ReleaseReason.CANCEL.value]
-    events = {e.kind: e for e in rig.events(big)}
+    events = {e.kind: e for e in rig.history(big)}
     held_s = (events["released"].at - events["reservation_started"].at).total_seconds()
     expected = 1 * held_s * TFLOPS["rtx4090"]  # event times: within a millisecond
     assert job.reservation_gpu_seconds == pytest.approx(expected, abs=1e-3 * TFLOPS["rtx4090"])
