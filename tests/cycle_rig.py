@@ -92,6 +92,13 @@ class CycleRig:
         """A job command that runs until released."""
         return FlagHold(self.flag(name), self.poll_s)
 
+    def start_held(self, user: str, num_gpus: int, name: str) -> tuple[int, Hold]:
+        """Submit a job of `user` that runs until released; cycle until it runs."""
+        hold = self.hold(name)
+        job_id = self.submit(user, num_gpus, hold.command)
+        self.cycle_until(self.state_is(job_id, "RUNNING"), f"the held job {name!r} runs")
+        return job_id, hold
+
     # --- the store -------------------------------------------------------------------------
 
     def job(self, job_id: int) -> store.JobRecord:
@@ -172,6 +179,13 @@ class MemoryRig(CycleRig):
     def hold(self, name: str) -> Hold:
         gate = Gate()
         return GateHold(self.executor.program(Program(gate=gate), name), gate)
+
+    def oom_once(self, oom_line: str, then: str) -> str:
+        """A job whose first attempt runs out of memory (`oom_line` on stderr, exit 1) after
+        0.3 s (a run of 0 s would cost nothing), and whose later attempts print `then`."""
+        first = Program(Script(error=oom_line, seconds=0.3, exit_code=1))
+        later = Program(Script(then))
+        return self.executor.program(lambda spec: first if spec.attempt == 1 else later)
 
     def foreign(self, node: str, gpu_type: str, gpus: int) -> Callable[[], None]:
         """Hold GPUs outside JPU-Share from now on; returns what gives them back."""

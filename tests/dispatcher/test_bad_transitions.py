@@ -18,8 +18,6 @@ from jpushare.store import run_reports
 from jpushare.store.run_reports import RunEnd
 from jpushare.store.transitions import clean_text
 from tests.cycle_rig import MemoryRig, wait_for
-from tests.job_script import Script
-from tests.memory_executor import Program
 
 
 def test_clean_text_replaces_nul_and_control_characters_but_newline_and_tab() -> None:
@@ -30,21 +28,9 @@ def test_clean_text_replaces_nul_and_control_characters_but_newline_and_tab() ->
 def test_an_oom_line_with_a_nul_byte_requeues_with_a_cleaned_reason_and_cycles_go_on(
     rig: MemoryRig,
 ) -> None:
-    blocker = rig.hold("blocker")
-    blocker_id = rig.submit("bob", 2, blocker.command)  # takes both rtx4090 GPUs
-    rig.cycle_until(rig.state_is(blocker_id, "RUNNING"), "the blocker runs")
+    _, blocker = rig.start_held("bob", 2, "blocker")  # takes both rtx4090 GPUs
     oom_line = "torch.OutOfMemoryError: CUDA out of memory.\x00 Tried to allocate 2 GiB"
-    oom = rig.submit(
-        "alice",
-        1,
-        rig.executor.program(
-            lambda spec: Program(
-                Script(error=oom_line, seconds=0.3, exit_code=1)
-                if spec.attempt == 1
-                else Script("fits now")
-            )
-        ),
-    )
+    oom = rig.submit("alice", 1, rig.oom_once(oom_line, then="fits now"))
     rig.cycle_until(
         lambda: rig.job(oom).attempts == 1 and rig.job(oom).state == "GLOBAL_QUEUE_WAIT",
         "the OOM attempt is requeued",

@@ -73,9 +73,7 @@ def test_a_cancelled_run_is_charged_until_it_really_ended_once(
 def test_a_job_cancelled_in_the_queue_after_an_oom_requeue_is_not_settled_again(
     rig: MemoryRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    blocker = rig.hold("blocker")
-    blocker_id = rig.submit("bob", 2, blocker.command)  # takes both rtx4090 GPUs
-    rig.cycle_until(rig.state_is(blocker_id, "RUNNING"), "the blocker runs")
+    _, blocker = rig.start_held("bob", 2, "blocker")  # takes both rtx4090 GPUs
     oom = rig.submit(
         "alice",
         1,

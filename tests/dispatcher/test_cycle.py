@@ -24,7 +24,6 @@ from tests.constants import TFLOPS
 from tests.cycle_rig import CycleRig, MemoryRig
 from tests.dispatcher.conftest import LocalRig, local_executor, wait_for
 from tests.job_script import Script
-from tests.memory_executor import Program
 from tests.scenario_s2 import reserve_then_fill
 
 CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -60,28 +59,13 @@ def test_s2_s3_a_two_gpu_job_reserves_beside_a_foreign_job_then_fills(rig: Memor
 def test_s2_s3_a_two_gpu_job_reserves_then_fills_when_a_local_job_ends(
     local_rig: LocalRig,
 ) -> None:
-    small = local_rig.hold("small")
-    small_id = local_rig.submit("alice", 1, small.command)
-    local_rig.cycle_until(local_rig.state_is(small_id, "RUNNING"), "the 1-GPU job runs")
+    _, small = local_rig.start_held("alice", 1, "small")
     reserve_then_fill(local_rig, small.release, "true")
 
 
 def test_an_oom_attempt_is_requeued_at_a_stronger_tier_then_completes(rig: MemoryRig) -> None:
-    blocker = rig.hold("blocker")
-    blocker_id = rig.submit("bob", 2, blocker.command)  # takes both rtx4090 GPUs
-    rig.cycle_until(rig.state_is(blocker_id, "RUNNING"), "the blocker runs")
-    oom = rig.submit(
-        "alice",
-        1,
-        rig.executor.program(
-            lambda spec: Program(
-                # A run of 0 s costs 0: the attempt runs a moment first.
-                Script(error=CUDA_OOM, seconds=0.3, exit_code=1)
-                if spec.attempt == 1
-                else Script("fits now")
-            )
-        ),
-    )
+    _, blocker = rig.start_held("bob", 2, "blocker")  # takes both rtx4090 GPUs
+    oom = rig.submit("alice", 1, rig.oom_once(CUDA_OOM, then="fits now"))
     # S10: attempt 1 runs on rtx3080ti, runs out of memory, and is requeued at rtx4090.
     rig.cycle_until(
         lambda: rig.job(oom).attempts == 1 and rig.job(oom).state == "GLOBAL_QUEUE_WAIT",

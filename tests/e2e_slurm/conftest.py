@@ -96,6 +96,20 @@ class SlurmRig(CycleRig):
                 else:
                     store.drain_node(s, node, "e2e test: not used", now)
 
+    def service_env(self, tmp_path: Path, **settings: str) -> dict[str, str]:
+        """The environment of a `jpushare serve` on this rig's database and Slurm prefix:
+        this process's less its JPUSHARE_* settings, state under tmp_path/var, `settings`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
+        env.update(
+            JPUSHARE_DATABASE_URL=self.db_url,
+            JPUSHARE_STATE_DIR=str(tmp_path / "var"),
+            JPUSHARE_EXECUTOR="slurm",
+            JPUSHARE_SLURM_LOG_DIR=str(self.shared / "logs"),
+            JPUSHARE_SLURM_PREFIX=self.prefix,
+            **settings,
+        )
+        return env
+
     # --- Slurm by hand -----------------------------------------------------------------
 
     def foreign_job(self, node: str, gres: str, flag: Path) -> str:

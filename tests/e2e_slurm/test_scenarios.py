@@ -16,7 +16,7 @@ from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, run_cycle
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.policy.model import ReleaseReason
-from tests.e2e_slurm.conftest import TFLOPS, SlurmRig, slurm_state, waits_for
+from tests.e2e_slurm.conftest import TFLOPS, SlurmRig, slurm_state
 from tests.executors.live_slurm import require_root, slurm
 from tests.scenario_s2 import reserve_then_fill
 
@@ -56,11 +56,8 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
 ) -> None:
     rig = sqlite_rig
     rig.open_only("node-a", "node-d")  # 2 x rtx4090, 2 x rtx3080ti (partition legacy)
-    free_a, free_d = rig.flag("a"), rig.flag("d")
-    one = rig.submit("alice", 1, waits_for(free_a))  # strongest first: node-a
-    rig.cycle_until(rig.state_is(one, "RUNNING"), "the 1-GPU blocker runs")
-    two = rig.submit("alice", 2, waits_for(free_d))  # only node-d has 2 idle
-    rig.cycle_until(rig.state_is(two, "RUNNING"), "the 2-GPU blocker runs")
+    one, free_a = rig.start_held("alice", 1, "a")  # strongest first: node-a
+    two, free_d = rig.start_held("alice", 2, "d")  # only node-d has 2 idle
     assert (rig.job(one).node_name, rig.job(two).node_name) == ("node-a", "node-d")
     assert slurm_field(rig.run_name(two), "%P") == "legacy"  # the tier's partition
 
@@ -69,7 +66,7 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
     assert rig.job(big).reserved_node_name == "node-a"
 
     # node-d frees 2 GPUs at once: the job starts there and lets node-a's GPU go.
-    free_d.touch()
+    free_d.release()
     rig.cycle_until(rig.state_is(big, "RUNNING", "COMPLETED"), "the 2-GPU job starts")
     job = rig.job(big)
     assert (job.node_name, job.tier_name, job.reserved_gpus) == ("node-d", "rtx3080ti", 0)
@@ -79,7 +76,7 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
     rig.cycle_until(rig.state_is(small, "RUNNING", "COMPLETED"), "a 1-GPU job starts")
     assert rig.job(small).node_name == "node-a"
 
-    free_a.touch()
+    free_a.release()
     for job_id in (one, two, big, small):
         rig.cycle_until(rig.state_is(job_id, "COMPLETED"), f"job {job_id} completes")
     assert rig.run_names() == sorted(rig.run_name(j) for j in (one, two, big, small))
@@ -92,9 +89,7 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
 ) -> None:
     rig = sqlite_rig
     rig.open_only("node-a")
-    flag = rig.flag("blocker")
-    blocker = rig.submit("alice", 1, waits_for(flag))  # a JPU-Share job this time
-    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
+    rig.start_held("alice", 1, "blocker")  # a JPU-Share job this time
     big = rig.submit("bob", 2, "sleep 1")
     rig.cycle_until(lambda: rig.job(big).reserved_gpus == 1, "the 2-GPU job reserves")
     rig.cycle_until(lambda: rig.job(big).reservation_gpu_seconds > 0, "the reservation accrues")
@@ -203,9 +198,7 @@ def test_a_run_slurm_has_forgotten_fails_as_unknown_and_never_runs_twice(
 ) -> None:
     rig = sqlite_rig
     rig.open_only("node-a")
-    flag = rig.flag("long")
-    job_id = rig.submit("alice", 1, waits_for(flag))
-    rig.cycle_until(rig.state_is(job_id, "RUNNING"), "the job runs")
+    job_id, _ = rig.start_held("alice", 1, "long")
     executor_id = rig.job(job_id).executor_id
     name = rig.run_name(job_id)
 

@@ -10,8 +10,8 @@ the Slurm executor and the in-memory one of the tests honest about the same beha
   in-memory one.
 - `ProcessContract(ExecutorContract)`: what only real processes have: a cancel kills every
   process of the job, the command runs once, in its directory with exactly its
-  environment, its output and error files, its memory limit. It replaces two tests of the
-  first part by stronger ones (same names).
+  environment, its output and error files, its memory limit. It makes two tests of the
+  first part stronger: the cancel test (same name) and how a start is counted.
 
 How to plug an executor in — subclass one of them in a test module (the class name must
 start with `Test` so pytest collects it) and give it a `target` fixture:
@@ -252,8 +252,13 @@ class ExecutorContract:
 
         assert target.run(spec).state is RunState.COMPLETED
 
-    def test_submitting_the_same_run_twice_starts_it_once(self, target: ContractTarget) -> None:
+    def counted_job(self, target: ContractTarget) -> tuple[LaunchSpec, Callable[[], int]]:
+        """A job of ~0.5 s and how many times it started (here: lines in its log)."""
         spec = target.spec(Script(output="started", seconds=0.5))
+        return spec, lambda: target.executor.log(spec.job_id, 1).count("started\n")
+
+    def test_submitting_the_same_run_twice_starts_it_once(self, target: ContractTarget) -> None:
+        spec, starts = self.counted_job(target)
 
         first = target.submit(spec)
         second = target.submit(spec)
@@ -262,7 +267,7 @@ class ExecutorContract:
 
         assert first == second == third
         assert [r.job_id for r in target.executor.runs()].count(spec.job_id) == 1
-        assert target.executor.log(spec.job_id, 1) == "started\n"
+        assert starts() == 1
 
     def test_inventory_counts_the_gpus_of_running_jobs(self, target: ContractTarget) -> None:
         before = target.used()
@@ -333,19 +338,11 @@ class ProcessContract(ExecutorContract):
         target.executor.cancel(executor_id)  # idempotent
         assert target.run(spec).state is RunState.CANCELLED
 
-    def test_submitting_the_same_run_twice_starts_it_once(self, target: ContractTarget) -> None:
-        """Stronger than the protocol's: the command itself ran once (a file it appends to)."""
+    def counted_job(self, target: ContractTarget) -> tuple[LaunchSpec, Callable[[], int]]:
+        """Stronger than a log: the command itself appends a line to a file each start."""
         starts = target.shared_dir / f"{uuid.uuid4().hex}.starts"
         spec = target.spec(f"echo started >> {shlex.quote(str(starts))}; sleep 0.5")
-
-        first = target.submit(spec)
-        second = target.submit(spec)
-        target.wait_ended(spec)
-        third = target.submit(spec)  # after it ended too
-
-        assert first == second == third
-        assert [r.job_id for r in target.executor.runs()].count(spec.job_id) == 1
-        assert starts.read_text() == "started\n"
+        return spec, lambda: starts.read_text().count("started\n")
 
     # --- where and with what (LaunchSpec.workdir, environment, output, error, limits) -------
 
