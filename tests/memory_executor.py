@@ -5,8 +5,10 @@ It passes the executor contract (tests/executors/test_memory_contract.py) where 
 is not about processes and files. A run plays a `Program` instead of its command: the
 command is a key the test registered (`MemoryExecutor.program`), and an unknown command
 completes at once with exit 0 (`true`). Time is the executor's clock: real time by default,
-or a `ManualClock` the test moves. Runs are observed, as on the real executors, only when
-`inventory`, `runs` or `find` is called; what happened since is settled then.
+a `ManualClock` the test moves, or a `FastClock` (real time sped up: a run's seconds pass
+faster, while the store's own times stay real; a cluster's clock may differ too). Runs
+are observed, as on the real executors, only when `inventory`, `runs` or `find` is
+called; what happened since is settled then.
 
 What the test controls: when a run ends (a `Gate`, or `finish`), how long it stays pending
 or takes to stop, GPUs held outside JPU-Share (`foreign`), node states and node failures
@@ -49,6 +51,18 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class FastClock:
+    """Real time, sped up `speed` times from its creation: a run of 1 s takes 1/speed s."""
+
+    def __init__(self, speed: float) -> None:
+        self.speed = speed
+        self.start = time.time()
+        self.origin = time.monotonic()
+
+    def __call__(self) -> float:
+        return self.start + (time.monotonic() - self.origin) * self.speed
 
 
 class Gate:
