@@ -31,7 +31,7 @@ from tests.memory_executor import FastClock, MemoryExecutor, MemoryGpus
 if TYPE_CHECKING:
     from tests.dispatcher.processes import World
 
-__all__ = ["CLUSTER_YAML", "GPUS", "TIMEOUT_S", "Rig", "init_cluster", "wait_for", "waits_for"]
+__all__ = ["CLUSTER_YAML", "GPUS", "TIMEOUT_S", "Rig", "init_cluster", "wait_for"]
 
 GPUS = tuple(
     LocalGpu(node, index, gpu_type)
@@ -65,11 +65,6 @@ class LocalRig(Rig):
     """The rig over the local executor (its state directory is the test's to look at)."""
 
     executor: LocalExecutor
-
-
-def waits_for(flag: Path) -> str:
-    """A command that runs until `flag` exists."""
-    return f"while [ ! -e '{flag}' ]; do sleep 0.05; done"
 
 
 @pytest.fixture

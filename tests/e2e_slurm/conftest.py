@@ -41,6 +41,7 @@ from tests.executors.live_slurm import (
     session_prefix,
     slurm,
 )
+from tests.job_script import FlagHold
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_FILE = REPO / "examples" / "slurm-cluster.yaml"
@@ -56,7 +57,7 @@ def _cluster_up() -> None:
 
 def waits_for(flag: Path) -> str:
     """A command that runs until `flag` exists."""
-    return f"while [ ! -e '{flag}' ]; do sleep 0.1; done"
+    return FlagHold(flag, POLL_S).command
 
 
 def slurm_names(prefix: str) -> list[str]:
