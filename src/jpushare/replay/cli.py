@@ -2,7 +2,8 @@
 
     jpushare replay --trace TRACE.csv --server URL --admin-token TOKEN --speed 60 --out DIR
                     [--unix-user ACCOUNT] [--workdir DIR] [--allow-existing-jobs]
-    jpushare replay compare --sim DIR --live DIR [--tolerance S] [--out DIR]
+    jpushare replay compare (--sim DIR | --cluster CLUSTER.yaml --trace TRACE.csv)
+                            --live DIR [--tolerance S] [--out DIR]
 
 Exit codes: 0 done, 1 the service failed or could not be reached, 2 bad arguments or
 input (or a service that already holds jobs), 130 interrupted (its jobs cancelled).
@@ -101,7 +102,14 @@ def register(subparsers: Any) -> None:
         "`jpushare replay --out LIVE`: per job, start (within one cycle plus a tolerance), "
         "placement, reservation and state.",
     )
-    c.add_argument("--sim", type=Path, required=True, metavar="DIR", help="the simulated run")
+    c.add_argument("--sim", type=Path, metavar="DIR", help="a simulated run's directory")
+    c.add_argument(
+        "--cluster",
+        type=Path,
+        help="instead of --sim: simulate here on CLUSTER.yaml (with --trace), and the "
+        "baseline (the simulator against itself at other cycle phases)",
+    )
+    c.add_argument("--trace", type=Path, help="the TRACE.csv that was replayed (with --cluster)")
     c.add_argument("--live", type=Path, required=True, metavar="DIR", help="the replayed run")
     c.add_argument(
         "--tolerance",
@@ -183,10 +191,28 @@ def run(args: argparse.Namespace) -> int:
 
 def run_compare(args: argparse.Namespace) -> int:
     from jpushare.replay.compare import CompareError, compare_dirs
+    from jpushare.sim.cluster_file import load_cluster
+    from jpushare.sim.errors import FormatError
+    from jpushare.sim.trace_file import check_tiers, load_trace
 
+    if (args.cluster is None) != (args.trace is None) or (args.cluster is None) == (
+        args.sim is None
+    ):
+        print(
+            "jpushare replay compare: give either --sim DIR, or --cluster and --trace",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     try:
-        report, _, _ = compare_dirs(args.sim, args.live, args.tolerance, args.out)
-    except (CompareError, KeyError, ValueError) as e:
+        cluster = trace = None
+        if args.cluster is not None:
+            cluster = load_cluster(args.cluster)
+            trace = load_trace(args.trace)
+            check_tiers(trace, cluster.tiers, str(args.trace))
+        report, _, _ = compare_dirs(
+            args.sim, args.live, args.tolerance, args.out, cluster=cluster, trace=trace
+        )
+    except (CompareError, FormatError, KeyError, ValueError) as e:
         print(f"jpushare replay compare: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     sys.stdout.write(report)

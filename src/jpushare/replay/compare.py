@@ -15,6 +15,16 @@ Pure functions of the files' rows. A job *agrees* on:
 replay.json (written by `jpushare replay`) gives each job's first dispatch, so a start
 that disagrees is split into the dispatch's offset (the policy acted at another cycle:
 phase, or a different queue after an earlier difference) and the start latency.
+
+**The baseline.** Under load one small difference (an end seen a cycle later, two jobs
+dispatched in another order) changes which GPUs are free for the next job, and that
+difference spreads. How much it spreads is a property of the trace, not of the service:
+`phase_baseline` replays the trace in the simulator again with every submission shifted
+by a quarter, a half and three quarters of a cycle (another cycle phase, which the
+service does not control either) and compares each with the unshifted run by the same
+rules. The service is as faithful as the simulator can be when its agreement with the
+simulator is about that of the simulator with itself, and its summary figures fall in the
+range the shifted runs span.
 """
 
 from __future__ import annotations
@@ -24,12 +34,25 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from jpushare.policy.watch import percentile
-from jpushare.sim.report import fmt_number
+from jpushare.sim.cluster_file import ClusterSpec
+from jpushare.sim.engine import SimResult, simulate
+from jpushare.sim.report import fmt_number, jobs_csv, summary
+from jpushare.sim.trace_file import TraceJob
+
+PHASE_SHIFTS = (0.25, 0.5, 0.75)  # of a cycle
+# Summary figures whose simulated range the service's value is checked against.
+RANGE_FIGURES: dict[str, Any] = {
+    "gpu_utilization": lambda s: s["gpu_utilization"],
+    "wait_mean_s": lambda s: s["wait_s"]["mean"],
+    "wait_p95_s": lambda s: s["wait_s"]["p95"],
+    "reservations": lambda s: s["reservations"]["started"],
+    "jain_fairness": lambda s: s["jain_fairness"],
+}
 
 COLUMNS = (
     "job_id",
@@ -357,24 +380,166 @@ def load_dispatch(replay_dir: Path) -> tuple[dict[str, float | None], dict[str, 
     return {j["job_id"]: j.get("first_dispatch_s") for j in doc.get("jobs", [])}, doc
 
 
+def _shift(
+    jobs: Sequence[TraceJob], cluster: ClusterSpec, by: float
+) -> tuple[list[TraceJob], ClusterSpec]:
+    moved = [
+        replace(
+            j,
+            submit_time=j.submit_time + by,
+            cancel_time=None if j.cancel_time is None else j.cancel_time + by,
+        )
+        for j in jobs
+    ]
+    events = tuple(replace(e, time=e.time + by) for e in cluster.events)
+    return moved, replace(cluster, events=events)
+
+
+def _rows(result: SimResult, jobs: Sequence[TraceJob]) -> list[dict[str, str]]:
+    """jobs.csv rows of `result`, with each job's submit time as `jobs` has it (so that a
+    shifted run's starts read in the unshifted run's time)."""
+    rows = list(csv.DictReader(io.StringIO(jobs_csv(result))))
+    for row, job in zip(rows, jobs, strict=True):
+        row["submit_time"] = repr(job.submit_time)
+    return rows
+
+
+def phase_baseline(
+    cluster: ClusterSpec,
+    jobs: Sequence[TraceJob],
+    cycle_s: float,
+    limit_s: float,
+    placement: str = "pack",
+    latency_s: float = 0.0,
+) -> tuple[SimResult, dict[str, Any]]:
+    """The unshifted simulation, and how the others agree with it: each shift of the
+    submissions, and (when `latency_s` > 0) each again with every duration longer by the
+    service's start latency (the GPUs it holds between a dispatch and the run's start);
+    with each summary figure's range over all the runs."""
+    base = simulate(cluster, jobs, "reservation", cycle_s, placement=placement)
+    base_rows = _rows(base, jobs)
+    summaries = [summary(base)]
+    agreement: list[dict[str, Any]] = []
+    variants = [(f, 0.0) for f in PHASE_SHIFTS]
+    if latency_s > 0:
+        variants += [(f, latency_s) for f in (0.0, *PHASE_SHIFTS)]
+    for f, extra in variants:
+        moved, moved_cluster = _shift(jobs, cluster, f * cycle_s)
+        moved = [replace(j, duration=j.duration + extra) for j in moved]
+        run = simulate(moved_cluster, moved, "reservation", cycle_s, placement=placement)
+        summaries.append(summary(run))
+        fig = figures(
+            compare_rows(base_rows, _rows(run, jobs), limit_s), cycle_s, limit_s - cycle_s
+        )
+        agreement.append({"shift_cycles": f, "latency_s": extra, **{k: fig[k] for k in _AGREEMENT}})
+    ranges = {
+        name: [min(v), max(v)]
+        if (v := [x for s in summaries if (x := get(s)) is not None])
+        else None
+        for name, get in RANGE_FIGURES.items()
+    }
+    return base, {"shifts": agreement, "ranges": ranges}
+
+
+_AGREEMENT = ("agree", "state_agree", "start_agree", "placement_agree", "reservation_agree")
+
+
+def baseline_text(baseline: Mapping[str, Any], live_summary: Mapping[str, Any]) -> str:
+    """The baseline for a person: the simulator against itself, and the service's figures
+    against the shifted runs' range."""
+    lines = [
+        "",
+        "the simulator against itself, submissions shifted by part of a cycle, durations "
+        "as traced or + the service's median start latency (the baseline):",
+    ]
+    for b in baseline["shifts"]:
+        lines.append(
+            f"  shift {b['shift_cycles']:g} cycle, + {b['latency_s']:.1f}s: "
+            f"everything {_pct(b['agree'])}, "
+            f"state {_pct(b['state_agree'])}, start {_pct(b['start_agree'])}, "
+            f"placement {_pct(b['placement_agree'])}, reservation {_pct(b['reservation_agree'])}"
+        )
+    lines.append("service figures against the range of the simulated runs:")
+    for name, rng in baseline["ranges"].items():
+        value = RANGE_FIGURES[name](live_summary)
+        if rng is None or value is None:
+            continue
+        inside = "inside" if rng[0] <= value <= rng[1] else "outside"
+        lines.append(f"  {name}: {value:g} ({inside} {rng[0]:g} .. {rng[1]:g})")
+    return "\n".join(lines) + "\n"
+
+
+def sim_rows_of(trace: Sequence[TraceJob]) -> list[dict[str, str]]:
+    """Rows that hold only the trace's jobs (to read the live run's latencies by job)."""
+    return [
+        {
+            "job_id": j.job_id,
+            "lab": j.lab,
+            "num_gpus": str(j.num_gpus),
+            "state": "",
+            "submit_time": repr(j.submit_time),
+            "wait_s": "",
+            "node": "",
+            "tier": "",
+            "reservation_cost": "0",
+        }
+        for j in trace
+    ]
+
+
 def compare_dirs(
-    sim_dir: Path, live_dir: Path, tolerance_s: float | None, out: Path | None = None
+    sim_dir: Path | None,
+    live_dir: Path,
+    tolerance_s: float | None,
+    out: Path | None = None,
+    *,
+    cluster: ClusterSpec | None = None,
+    trace: Sequence[TraceJob] | None = None,
 ) -> tuple[str, dict[str, Any], list[JobComparison]]:
-    """Compare DIR/jobs.csv of a simulated and a replayed run; write fidelity.csv and
-    fidelity.json into `out` if given. Default tolerance: one cycle."""
+    """Compare DIR/jobs.csv of a replayed run with a simulated one: `sim_dir`'s, or one
+    simulated here from `cluster` and `trace` (with the replay's cycle and placement),
+    which also gives the phase baseline. Writes fidelity.csv, .json and .md (and the
+    simulated run's jobs.csv and summary.json under sim/) into `out` if given. Default
+    tolerance: one cycle."""
     try:
-        sim_summary = json.loads((sim_dir / "summary.json").read_text(encoding="utf-8"))
         live_summary = json.loads((live_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise CompareError(f"cannot read a summary.json: {e}") from e
+        raise CompareError(f"cannot read {live_dir / 'summary.json'}: {e}") from e
     dispatch, _ = load_dispatch(live_dir)
     cycle_s = float(live_summary["cycle_s"])
     tol = cycle_s if tolerance_s is None else tolerance_s
-    jobs = compare_rows(
-        read_rows(sim_dir / "jobs.csv"), read_rows(live_dir / "jobs.csv"), cycle_s + tol, dispatch
-    )
+    baseline: dict[str, Any] | None = None
+    if cluster is not None and trace is not None:
+        placement = str(live_summary.get("placement", "pack"))
+        latencies = [
+            j.latency
+            for j in compare_rows(sim_rows_of(trace), read_rows(live_dir / "jobs.csv"), 0, dispatch)
+            if j.latency is not None
+        ]
+        latency = percentile(sorted(latencies), 50) if latencies else 0.0
+        base, baseline = phase_baseline(
+            cluster, trace, cycle_s, cycle_s + tol, placement, max(0.0, latency)
+        )
+        sim_summary = summary(base)
+        sim_rows = _rows(base, trace)
+        if out is not None:
+            from jpushare.sim.report import write_outputs
+
+            write_outputs(base, out / "sim")
+    elif sim_dir is not None:
+        try:
+            sim_summary = json.loads((sim_dir / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise CompareError(f"cannot read {sim_dir / 'summary.json'}: {e}") from e
+        sim_rows = read_rows(sim_dir / "jobs.csv")
+    else:
+        raise CompareError("give --sim DIR, or --cluster and --trace to simulate here")
+    jobs = compare_rows(sim_rows, read_rows(live_dir / "jobs.csv"), cycle_s + tol, dispatch)
     fig = figures(jobs, cycle_s, tol)
     report = text(fig, jobs, sim_summary, live_summary)
+    if baseline is not None:
+        fig["baseline"] = baseline
+        report += baseline_text(baseline, live_summary)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "fidelity.csv").write_text(rows_csv(jobs), encoding="utf-8")
