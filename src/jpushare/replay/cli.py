@@ -166,11 +166,6 @@ def run(args: argparse.Namespace) -> int:
         cycle_s=args.cycle,
         progress=not args.no_progress,
     )
-    last = max(j.submit_time for j in jobs) / args.speed
-    print(
-        f"replaying {len(jobs)} jobs at {args.speed:g}x: the last submission {last:.0f}s from now",
-        file=sys.stderr,
-    )
     try:
         doc = Replay(options).run()
     except ReplayError as e:

@@ -469,6 +469,58 @@ def baseline_text(baseline: Mapping[str, Any], live_summary: Mapping[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How far a replay may be from the simulator and still count as predicted by it.
+
+    Per job, the start and placement agreement may be `below_baseline` under the
+    baseline's lowest (the simulator against itself at another cycle phase); the final
+    states must agree for `min_state_agree` of the jobs. In the summaries, utilization
+    within `utilization_points` of the simulated runs' range, and the mean and p95 wait
+    within that range widened by `wait_factor` (the service holds GPUs longer than a
+    simulation: a start latency per run, ends seen a little later)."""
+
+    min_state_agree: float = 0.95
+    below_baseline: float = 0.10
+    utilization_points: float = 0.05
+    wait_factor: float = 1.35
+
+
+def problems(fig: Mapping[str, Any], live_summary: Mapping[str, Any], tol: Tolerance) -> list[str]:
+    """Where a comparison with a baseline (`compare_dirs` with cluster and trace) falls
+    outside `tol`; empty when the simulator predicted the replay."""
+    out: list[str] = []
+    baseline = fig["baseline"]
+    if (fig["state_agree"] or 0) < tol.min_state_agree:
+        out.append(f"final states agree for {_pct(fig['state_agree'])} of jobs")
+    for key in ("start_agree", "placement_agree"):
+        floor = min(b[key] for b in baseline["shifts"] if b[key] is not None)
+        if fig[key] is not None and fig[key] < floor - tol.below_baseline:
+            out.append(
+                f"{key} {_pct(fig[key])} is below the baseline's lowest {_pct(floor)} "
+                f"by more than {100 * tol.below_baseline:g} points"
+            )
+    ranges = baseline["ranges"]
+    util = live_summary["gpu_utilization"]
+    lo, hi = ranges["gpu_utilization"]
+    if not lo - tol.utilization_points <= util <= hi + tol.utilization_points:
+        out.append(
+            f"GPU utilization {util:.3f} is outside {lo:.3f} .. {hi:.3f} ± "
+            f"{tol.utilization_points:g}"
+        )
+    for name in ("wait_mean_s", "wait_p95_s"):
+        value = RANGE_FIGURES[name](live_summary)
+        if ranges[name] is None or value is None:
+            continue
+        lo, hi = ranges[name]
+        if not lo / tol.wait_factor <= value <= hi * tol.wait_factor:
+            out.append(
+                f"{name} {value:.1f}s is outside {lo:.1f} .. {hi:.1f}s widened by "
+                f"x{tol.wait_factor:g}"
+            )
+    return out
+
+
 def sim_rows_of(trace: Sequence[TraceJob]) -> list[dict[str, str]]:
     """Rows that hold only the trace's jobs (to read the live run's latencies by job)."""
     return [

@@ -97,6 +97,7 @@ class Replay:
         self.say = say or (lambda line: print(line, file=sys.stderr))
         self.admin = Client(options.url, options.admin_token)
         self.clients: dict[str, Client] = {}  # lab -> its replay user's client
+        self.user_names: list[str] = []
         self.submitted: dict[int, _Submitted] = {}  # trace index -> what happened
         self.pause = threading.Event()
         self.t0 = 0.0
@@ -167,6 +168,7 @@ class Replay:
                             2,
                         ) from None
                     raise
+            self.user_names.append(name)
             secret = self.admin.issue_token(name, "jpushare replay")["secret"]
             self.clients[lab] = Client(self.o.url, secret)
 
@@ -287,6 +289,12 @@ class Replay:
         steps = plan.actions(self.o.trace, self.o.speed)
         began = self.clock()
         self.t0 = self.aligned_t0(began + self.o.lead_s, cycle_s)
+        last = max(j.submit_time for j in self.o.trace) / self.o.speed
+        self.say(
+            f"replaying {len(self.o.trace)} jobs at {self.o.speed:g}x (a cycle of "
+            f"{cycle_s:g}s is {cycle_s * self.o.speed:g} trace seconds); the last submission "
+            f"in {self.t0 + last - began:.0f}s"
+        )
         bar = _bar(len(self.o.trace), self.o.progress)
         try:
             next_poll = 0.0
@@ -319,7 +327,7 @@ class Replay:
             bar.close()
             cancelled = self.cancel_all()
             raise ReplayError(
-                f"interrupted: cancelled {cancelled} of the {len(self.submitted)} submitted jobs",
+                f"interrupted: cancelled the {cancelled} jobs it had submitted that had not ended",
                 130,
             ) from None
         finally:
@@ -330,13 +338,20 @@ class Replay:
         return self.write(cycle_s, usage_start, int(cycles), wall_s)
 
     def cancel_all(self) -> int:
-        """Cancel every job this replay submitted that is still active (Ctrl-C)."""
-        n = 0
-        for record in self.submitted.values():
-            if record.service_id is None:
-                continue
+        """Cancel every job this replay submitted that is still active (Ctrl-C): those it
+        knows, and any active job of its users (a submission the interrupt cut short may
+        have reached the service without its answer reaching the replay)."""
+        ids = {r.service_id for r in self.submitted.values() if r.service_id is not None}
+        for name in self.user_names:
             try:
-                self.admin.cancel(record.service_id)
+                page = self.admin.jobs(states=ACTIVE, user=name, limit=1000)
+            except ApiError:
+                continue
+            ids |= {int(j["id"]) for j in page["data"]}
+        n = 0
+        for job_id in sorted(ids):
+            try:
+                self.admin.cancel(job_id)
                 n += 1
             except ApiError:
                 continue  # ended already (409), or the service is gone
