@@ -414,8 +414,9 @@ def phase_baseline(
 ) -> tuple[SimResult, dict[str, Any]]:
     """The unshifted simulation, and how the others agree with it: each shift of the
     submissions, and (when `latency_s` > 0) each again with every duration longer by the
-    service's start latency (the GPUs it holds between a dispatch and the run's start);
-    with each summary figure's range over all the runs."""
+    service's overhead per run (`run_overhead`: what a simulation, where a run starts the
+    instant it is dispatched and frees its GPUs the instant it ends, leaves out); with each
+    summary figure's range over all the runs."""
     base = simulate(cluster, jobs, "reservation", cycle_s, placement=placement)
     base_rows = _rows(base, jobs)
     summaries = [summary(base)]
@@ -450,7 +451,7 @@ def baseline_text(baseline: Mapping[str, Any], live_summary: Mapping[str, Any]) 
     lines = [
         "",
         "the simulator against itself, submissions shifted by part of a cycle, durations "
-        "as traced or + the service's median start latency (the baseline):",
+        "as traced or + the service's overhead per run (the baseline):",
     ]
     for b in baseline["shifts"]:
         lines.append(
@@ -521,22 +522,26 @@ def problems(fig: Mapping[str, Any], live_summary: Mapping[str, Any], tol: Toler
     return out
 
 
-def sim_rows_of(trace: Sequence[TraceJob]) -> list[dict[str, str]]:
-    """Rows that hold only the trace's jobs (to read the live run's latencies by job)."""
-    return [
-        {
-            "job_id": j.job_id,
-            "lab": j.lab,
-            "num_gpus": str(j.num_gpus),
-            "state": "",
-            "submit_time": repr(j.submit_time),
-            "wait_s": "",
-            "node": "",
-            "tier": "",
-            "reservation_cost": "0",
-        }
-        for j in trace
-    ]
+def run_overhead(
+    trace: Sequence[TraceJob],
+    live: Sequence[Mapping[str, str]],
+    dispatch: Mapping[str, float | None],
+) -> float:
+    """What the service adds to each run's hold on its GPUs, in trace seconds: the median,
+    over jobs completed in one attempt, of (end - dispatch) - duration: the start latency
+    (a process to spawn; sbatch, Slurm's scheduling, slurmstepd) and the end's (Slurm's
+    whole-second times). 0 without replay.json."""
+    duration = {j.job_id: j.duration for j in trace}
+    values = sorted(
+        float(r["end_time"]) - d - duration[r["job_id"]]
+        for r in live
+        if r["state"] == "COMPLETED"
+        and r["attempts"] == "1"
+        and r["end_time"]
+        and (d := dispatch.get(r["job_id"])) is not None
+        and r["job_id"] in duration
+    )
+    return max(0.0, percentile(values, 50)) if values else 0.0
 
 
 def compare_dirs(
@@ -563,15 +568,8 @@ def compare_dirs(
     baseline: dict[str, Any] | None = None
     if cluster is not None and trace is not None:
         placement = str(live_summary.get("placement", "pack"))
-        latencies = [
-            j.latency
-            for j in compare_rows(sim_rows_of(trace), read_rows(live_dir / "jobs.csv"), 0, dispatch)
-            if j.latency is not None
-        ]
-        latency = percentile(sorted(latencies), 50) if latencies else 0.0
-        base, baseline = phase_baseline(
-            cluster, trace, cycle_s, cycle_s + tol, placement, max(0.0, latency)
-        )
+        overhead = run_overhead(trace, read_rows(live_dir / "jobs.csv"), dispatch)
+        base, baseline = phase_baseline(cluster, trace, cycle_s, cycle_s + tol, placement, overhead)
         sim_summary = summary(base)
         sim_rows = _rows(base, trace)
         if out is not None:
