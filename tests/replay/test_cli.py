@@ -16,7 +16,8 @@ import pytest
 
 from jpushare.cli import main
 from tests.dispatcher.conftest import wait_for
-from tests.replay.conftest import REPO, Running, serve
+from tests.dispatcher.processes import REPO
+from tests.replay.conftest import Running, serve
 
 SMALL = """job_id,submit_time,duration,num_gpus,lab,min_tier,cancel_time,oom_on
 a,0,30,1,NLP,rtx5090,,
