@@ -25,11 +25,13 @@ from tests.replay.conftest import CLUSTER, TRACE, Running, serve
 
 SPEED = 40.0
 LOCAL = Tolerance()
-# Slurm adds what the simulator leaves out, and at 40x it weighs: whole-second start and
-# end times (40 trace seconds each), an sbatch per start inside the cycle, a run seen
-# ended a cycle later; on this machine the service's mean wait came out 1.3-1.4x the top
-# of the simulated range and utilization 8-15 points under it (docs/fidelity.md).
-SLURM = Tolerance(below_baseline=0.2, utilization_points=0.2, wait_factor=1.75)
+# Slurm adds what the simulator leaves out, and at 40x it weighs: it starts the first of
+# a cycle's sbatch'd jobs within its second and the others mostly in the next one (its
+# times are whole seconds: one second is 40 trace seconds, a whole cycle here), so runs
+# hold their GPUs up to a cycle longer than simulated. Three runs on this machine: start
+# agreement 22 points under the baseline's lowest at worst, utilization 9-16 points
+# under the simulated range, mean wait up to 1.5x its top (docs/fidelity.md).
+SLURM = Tolerance(below_baseline=0.3, utilization_points=0.2, wait_factor=1.75)
 
 
 def replay_and_compare(s: Running, tmp_path: Path, tolerance: Tolerance) -> None:
