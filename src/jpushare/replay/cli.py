@@ -177,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"jpushare replay: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # during the set-up or the final reads: nothing was running
+        print("jpushare replay: interrupted", file=sys.stderr)
+        return 130
     from jpushare.sim.report import comparison_text
 
     sys.stdout.write(comparison_text([doc]))
