@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jpushare.client.cli",  # submit, jobs, show, queue, why, wait, cancel, log, labs, …
     "jpushare.sim.cli",  # simulate
     "jpushare.traces.cli",  # trace (real trace loaders)
+    "jpushare.replay.cli",  # replay (a trace through a running service)
 )
 
 # Which module defines each command (a test checks this against what the modules register).
@@ -44,6 +45,7 @@ COMMANDS: dict[str, str] = {
     ),
     "simulate": "jpushare.sim.cli",
     "trace": "jpushare.traces.cli",
+    "replay": "jpushare.replay.cli",
 }
 
 _DESCRIPTION = "Fair-share multi-GPU scheduler with reservations, in front of Slurm."
