@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from jpushare.cli import main
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import load_trace
 from jpushare.replay.compare import Tolerance, compare_dirs, compare_rows, problems
-from jpushare.sim.cluster_file import load_cluster
 from jpushare.sim.engine import simulate
 from jpushare.sim.report import write_outputs
-from jpushare.sim.trace_file import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "examples" / "slurm-cluster.yaml"

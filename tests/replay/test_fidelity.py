@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from jpushare.cli import main
+from jpushare.formats.cluster_file import load_cluster
+from jpushare.formats.trace_file import load_trace
 from jpushare.replay.compare import Tolerance, compare_dirs, problems
-from jpushare.sim.cluster_file import load_cluster
-from jpushare.sim.trace_file import load_trace
 from tests.executors.live_slurm import cancel_prefixed, require_cluster, session_prefix
 from tests.replay.conftest import CLUSTER, TRACE, Running, serve
 

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 from jpushare.executors.cuda_oom import find_cuda_oom
+from jpushare.formats.trace_file import TraceJob
 from jpushare.replay import plan
-from jpushare.sim.trace_file import TraceJob
 
 
 def job(job_id: str, submit: float, duration: float = 60, **kw: object) -> TraceJob:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from jpushare.formats.trace_file import TraceJob
 from jpushare.replay.records import LiveJob, ServiceView, job_times, sim_result
 from jpushare.sim.report import jobs_csv, summary
-from jpushare.sim.trace_file import TraceJob
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 SPEED = 10.0

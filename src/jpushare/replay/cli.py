@@ -124,8 +124,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jpushare.sim.errors import FormatError
-    from jpushare.sim.trace_file import load_trace
+    from jpushare.formats.errors import FormatError
+    from jpushare.formats.trace_file import load_trace
 
     parser: argparse.ArgumentParser = args.replay_parser
     missing = [
@@ -188,10 +188,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from jpushare.formats.cluster_file import load_cluster
+    from jpushare.formats.errors import FormatError
+    from jpushare.formats.trace_file import check_tiers, load_trace
     from jpushare.replay.compare import CompareError, compare_dirs
-    from jpushare.sim.cluster_file import load_cluster
-    from jpushare.sim.errors import FormatError
-    from jpushare.sim.trace_file import check_tiers, load_trace
 
     if (args.cluster is None) != (args.trace is None) or (args.cluster is None) == (
         args.sim is None

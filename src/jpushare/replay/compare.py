@@ -38,11 +38,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from jpushare.formats.cluster_file import ClusterSpec
+from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.watch import percentile
-from jpushare.sim.cluster_file import ClusterSpec
 from jpushare.sim.engine import SimResult, simulate
 from jpushare.sim.report import fmt_number, jobs_csv, summary
-from jpushare.sim.trace_file import TraceJob
 
 PHASE_SHIFTS = (0.25, 0.5, 0.75)  # of a cycle
 # Summary figures whose simulated range the service's value is checked against.

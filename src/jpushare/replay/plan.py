@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from jpushare.sim.trace_file import TraceJob
+from jpushare.formats.trace_file import TraceJob
 
 # What PyTorch 2.5+ prints; `executors/cuda_oom.py` recognises it in the job's output.
 OOM_MESSAGE = (

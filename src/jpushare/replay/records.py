@@ -1,7 +1,7 @@
 """The service's records of a replay, as the simulator's `SimResult` (pure: JSON in).
 
 Each replayed job's `GET /v1/jobs/{id}` and `GET /v1/jobs/{id}/attempts` become one
-`JobRecord`, so `sim.report` writes jobs.csv and summary.json exactly as for a simulated
+`TraceJobResult`, so `sim.report` writes jobs.csv and summary.json exactly as for a simulated
 run. A service time T is trace time (T - t0) x speed; a cost in TFLOP-s, which the service
 counts in real seconds, is multiplied by the speed. An attempt starts when its executor
 says it started (else when it was dispatched: one cancelled before it started) and ends
@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.model import ReleaseReason
 from jpushare.sim.engine import (
     Attempt,
     AttemptEnd,
-    JobRecord,
-    JobState,
     ReservationRecord,
     SimResult,
+    TraceJobResult,
+    TraceJobState,
 )
-from jpushare.sim.trace_file import TraceJob
 
 JSON = dict[str, Any]
 
@@ -37,7 +37,7 @@ _OUTCOMES = {
     "NODE_FAIL_REQUEUED": AttemptEnd.NODE_DOWN,
     "CANCELLED": AttemptEnd.CANCELLED,
 }
-_ENDED = {"COMPLETED": JobState.COMPLETED, "FAILED": JobState.FAILED}
+_ENDED = {"COMPLETED": TraceJobState.COMPLETED, "FAILED": TraceJobState.FAILED}
 _MEMORY = re.compile(r"out of memory", re.IGNORECASE)
 
 
@@ -128,15 +128,15 @@ def _attempts(live: LiveJob, clock: _Clock) -> list[Attempt]:
     return out
 
 
-def _state(live: LiveJob, attempts: Sequence[Attempt]) -> JobState:
+def _state(live: LiveJob, attempts: Sequence[Attempt]) -> TraceJobState:
     if live.job is None:
-        return JobState.REJECTED
+        return TraceJobState.REJECTED
     state = str(live.job.get("state"))
     if state in _ENDED:
         return _ENDED[state]
     if state == "CANCELLED":
-        return JobState.CANCELLED
-    return JobState.RUNNING if attempts and state == "RUNNING" else JobState.QUEUED
+        return TraceJobState.CANCELLED
+    return TraceJobState.RUNNING if attempts and state == "RUNNING" else TraceJobState.QUEUED
 
 
 def _reservations(live: LiveJob, clock: _Clock) -> list[ReservationRecord]:
@@ -160,11 +160,11 @@ def _reservations(live: LiveJob, clock: _Clock) -> list[ReservationRecord]:
     return out
 
 
-def job_record(live: LiveJob, clock: _Clock) -> JobRecord:
+def job_record(live: LiveJob, clock: _Clock) -> TraceJobResult:
     attempts = _attempts(live, clock)
     job = live.job or {}
     reason = live.reason or str(job.get("reason") or "")
-    return JobRecord(
+    return TraceJobResult(
         job_id=live.trace.job_id,
         lab=live.trace.lab,
         num_gpus=live.trace.num_gpus,

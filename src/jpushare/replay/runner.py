@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from jpushare.client.api import ApiError, Client
+from jpushare.formats.trace_file import TraceJob
 from jpushare.replay import plan
 from jpushare.replay.records import LiveJob, ServiceView, job_times, sim_result
 from jpushare.sim.report import write_outputs
-from jpushare.sim.trace_file import TraceJob
 
 JSON = dict[str, Any]
 ACTIVE = ("GLOBAL_QUEUE_WAIT", "DISPATCHED", "RUNNING")
