@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jpushare.client.cli",  # submit, jobs, show, queue, why, wait, cancel, log, labs, …
     "jpushare.sim.cli",  # simulate
     "jpushare.traces.cli",  # trace (real trace loaders)
+    "jpushare.replay.cli",  # replay (a trace through a running service)
     "jpushare.slurm_peer.cli",  # slurm-peer (a trace through Slurm's own scheduler)
 )
 
@@ -45,6 +46,7 @@ COMMANDS: dict[str, str] = {
     ),
     "simulate": "jpushare.sim.cli",
     "trace": "jpushare.traces.cli",
+    "replay": "jpushare.replay.cli",
     "slurm-peer": "jpushare.slurm_peer.cli",
 }
 

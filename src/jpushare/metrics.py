@@ -87,11 +87,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from jpushare.policy.model import ReleaseReason
 from jpushare.store.health import DispatcherHealth
 from jpushare.store.leadership import LeaseRecord
-from jpushare.store.schema import JobState
 from jpushare.store.watch import LabReservationTotals, SizeTotals
+from jpushare.vocabulary import JobState, ReleaseReason
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Time limits as Slurm users write them, and how a job ended by its limit reads.
 
 One parser for the CLI (`--time-limit`) and the API (`time_limit`, a string beside the
-numeric `time_limit_s`), so both accept the same words. Standard library only: the user
-CLI imports this and must start fast. No I/O.
+numeric `time_limit_s`), so both accept the same words. Standard library only (and the
+shared vocabulary, a leaf): the user CLI imports this and must start fast. No I/O.
 
 Accepted forms (sbatch's `--time`, plus unit suffixes):
 
@@ -15,6 +15,8 @@ Accepted forms (sbatch's `--time`, plus unit suffixes):
 from __future__ import annotations
 
 import re
+
+from jpushare.vocabulary import JobState
 
 TIME_LIMIT_FORMS = (
     "minutes (90), MM:SS, HH:MM:SS (1:30:00), D-HH, D-HH:MM, D-HH:MM:SS (2-00:00:00, 1-12) "
@@ -89,7 +91,11 @@ def time_limit_reason(detail: str | None) -> str:
 
 def ended_by_time_limit(state: str, reason: str | None) -> bool:
     """Whether a job's state and reason say its time limit ended it."""
-    return state == "FAILED" and bool(reason) and str(reason).lower().startswith(TIME_LIMIT_REASON)
+    return (
+        state == JobState.FAILED
+        and bool(reason)
+        and str(reason).lower().startswith(TIME_LIMIT_REASON)
+    )
 
 
 def state_label(state: str, reason: str | None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,25 +19,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
 from jpushare.api import create_app
-from jpushare.executors.base import Executor, GpuGroup, NodeState
-from jpushare.policy import Decisions, Tier, decide
+from jpushare.executors.base import Executor
+from jpushare.policy import Decisions, decide
+from tests.constants import GROUPS as GROUPS
+from tests.constants import PARTITIONED_TIERS
+from tests.constants import T0 as T0
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 
-T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
-
-TIERS = (
-    Tier("rtx3080ti", 34.1, 10, partition="p3080"),
-    Tier("rtx4090", 82.6, 20, partition="p4090"),
-    Tier("rtx5090", 104.8, 30, partition="p5090"),
-)
-
 # node-a: 4x3080ti; node-b: 4x4090; node-c: 4x4090 + 4x5090 (two placements).
-GROUPS = (
-    GpuGroup("node-a", "rtx3080ti", 4, 0, NodeState.UP),
-    GpuGroup("node-b", "rtx4090", 4, 0, NodeState.UP),
-    GpuGroup("node-c", "rtx4090", 4, 0, NodeState.UP),
-    GpuGroup("node-c", "rtx5090", 4, 0, NodeState.UP),
-)
+TIERS = PARTITIONED_TIERS
 
 ALL_BUSY = {
     ("node-a", "rtx3080ti"): 4,

@@ -11,8 +11,7 @@ import pytest
 from jpushare import store
 from jpushare.store.cluster_setup import set_lab_usage
 from tests.api.conftest import ALL_BUSY, T0, ApiWorld
-
-TFLOPS = {"rtx3080ti": 34.1, "rtx4090": 82.6, "rtx5090": 104.8}
+from tests.constants import TFLOPS
 
 
 def labs(api: ApiWorld) -> dict[str, dict[str, Any]]:

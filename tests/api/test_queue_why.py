@@ -20,8 +20,11 @@ from jpushare.policy import decide
 from jpushare.store.observations import load_observed_busy
 from jpushare.store.schema import Lab
 from tests.api.conftest import ALL_BUSY, T0, ApiWorld
+from tests.constants import SMALL_CLUSTER_GPUS
+from tests.cycle_rig import MemoryRig
 from tests.database import sessions  # noqa: F401
-from tests.dispatcher.conftest import Rig, init_cluster, local_executor, waits_for
+from tests.dispatcher.conftest import init_cluster
+from tests.memory_executor import MemoryExecutor, MemoryGpus
 
 
 def queue(api: ApiWorld, user: str = "bob") -> list[tuple[int, int, str]]:
@@ -434,30 +437,24 @@ def test_idle_gpus_that_a_higher_ranked_job_takes_first(api: ApiWorld) -> None:
 def rig_api(
     sessions: sessionmaker[Session],  # noqa: F811 (the fixture)
     tmp_path: Path,
-) -> Iterator[tuple[Rig, TestClient, dict[str, str]]]:
-    """The dispatcher tests' rig (2 x 4090 on node-a, 1 x 3080 Ti on node-b, a local
+) -> Iterator[tuple[MemoryRig, TestClient, dict[str, str]]]:
+    """The dispatcher tests' rig (2 x 4090 on node-a, 1 x 3080 Ti on node-b, the in-memory
     executor) and the API as `serve` builds it: busy GPUs from `placement_observations`."""
     users = init_cluster(sessions)
-    executor = local_executor(tmp_path / "executor")
-    rig = Rig(sessions, users, executor, CycleDeps(sessions, executor), tmp_path)
+    executor = MemoryExecutor([MemoryGpus(*g) for g in SMALL_CLUSTER_GPUS])
+    rig = MemoryRig(sessions, users, executor, CycleDeps(sessions, executor), tmp_path)
     with sessions.begin() as s:
         token = store.issue_token(s, users["alice"].id, store.utc_now(), "test").secret
     app = create_app(sessions, executor=executor, observed_busy=load_observed_busy)
-    try:
-        with TestClient(app, raise_server_exceptions=False) as client:
-            yield rig, client, {"Authorization": f"Bearer {token}"}
-    finally:
-        for run in executor.runs():
-            if not run.state.ended:
-                executor.cancel(run.executor_id)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield rig, client, {"Authorization": f"Bearer {token}"}
 
 
 def test_a_dispatcher_cycle_records_what_why_then_states(
-    rig_api: tuple[Rig, TestClient, dict[str, str]],
+    rig_api: tuple[MemoryRig, TestClient, dict[str, str]],
 ) -> None:
     rig, client, auth = rig_api
-    first = rig.submit("alice", 1, command=waits_for(rig.flag("first")))
-    rig.cycle_until(rig.state_is(first, "RUNNING"), "the first job runs")
+    _, first = rig.start_held("alice", 1, "first")
     big = rig.submit("bob", 2)  # needs node-a's 2 x 4090; one is busy
 
     def ask() -> dict[str, Any]:
@@ -485,7 +482,7 @@ def test_a_dispatcher_cycle_records_what_why_then_states(
     assert ask()["reservation"] == w["reservation"]
 
     # The cycle that sees the first job end fills the reservation and dispatches the job.
-    rig.flag("first").touch()
+    first.release()
     rig.cycle_until(rig.state_is(big, "DISPATCHED", "RUNNING", "COMPLETED"), "big starts")
     w = client.get(f"/v1/jobs/{big}/why", headers=auth).json()
     assert w["code"] in ("DISPATCHED", "RUNNING", "COMPLETED") and w["next_cycle"] == []

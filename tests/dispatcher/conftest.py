@@ -1,14 +1,13 @@
-"""Dispatcher test fixtures: a small declared cluster on both databases, a real local
-executor over it, and bounded polling helpers (no bare sleeps as synchronisation)."""
+"""Dispatcher test fixtures: a small declared cluster on both databases, and a cycle rig
+over it (tests/cycle_rig.py): `rig` on the in-memory executor, for the cycle's logic;
+`local_rig` on the real local executor, for what is about processes."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import pwd
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,34 +16,28 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
+from jpushare.dispatcher.cycle import CycleDeps
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
 from jpushare.formats.cluster_file import parse_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
+from tests.constants import SMALL_CLUSTER_GPUS
+from tests.constants import SMALL_CLUSTER_YAML as CLUSTER_YAML
+from tests.cycle_rig import TIMEOUT_S, MemoryRig, wait_for
+from tests.cycle_rig import CycleRig as Rig
 from tests.database import db_url, empty_db_url, engine, new_database, sessions  # noqa: F401
+from tests.memory_executor import FastClock, MemoryExecutor, MemoryGpus
 
 if TYPE_CHECKING:
     from tests.dispatcher.processes import World
 
-# node-a: 2 x rtx4090 (one placement); node-b: 1 x rtx3080ti.
-CLUSTER_YAML = """
-tiers:
-  - {name: rtx3080ti, tflops: 34.1, sort_order: 10}
-  - {name: rtx4090, tflops: 82.6, sort_order: 20}
-nodes:
-  - {name: node-a, gpus: {rtx4090: 2}}
-  - {name: node-b, gpus: {rtx3080ti: 1}}
-labs: {alpha: 0, beta: 0}
-"""
+__all__ = ["CLUSTER_YAML", "GPUS", "TIMEOUT_S", "Rig", "init_cluster", "wait_for"]
 
-GPUS = (
-    LocalGpu("node-a", 0, "rtx4090"),
-    LocalGpu("node-a", 1, "rtx4090"),
-    LocalGpu("node-b", 0, "rtx3080ti"),
+GPUS = tuple(
+    LocalGpu(node, index, gpu_type)
+    for node, gpu_type, count in SMALL_CLUSTER_GPUS
+    for index in range(count)
 )
-
-TIMEOUT_S = 60.0  # generous: a loaded 2-core CI machine
 
 
 def init_cluster(factory: sessionmaker[Session]) -> dict[str, store.UserRecord]:
@@ -68,82 +61,27 @@ def local_executor(state_dir: Path, **kwargs: object) -> LocalExecutor:
 
 
 @dataclass
-class Rig:
-    """A database with the cluster, a local executor and the cycle's dependencies."""
+class LocalRig(Rig):
+    """The rig over the local executor (its state directory is the test's to look at)."""
 
-    sessions: sessionmaker[Session]
-    users: dict[str, store.UserRecord]
     executor: LocalExecutor
-    deps: CycleDeps
-    tmp: Path
-
-    def submit(
-        self, user: str, num_gpus: int, command: str = "true", name: str | None = None
-    ) -> int:
-        with self.sessions.begin() as s:
-            job = store.submit(
-                s,
-                user_id=self.users[user].id,
-                name=name or f"{user}-{num_gpus}",
-                command=command,
-                num_gpus=num_gpus,
-                now=store.utc_now(),
-            ).job
-        return job.id
-
-    def job(self, job_id: int) -> store.JobRecord:
-        with self.sessions() as s:
-            return store.get_job(s, job_id)
-
-    def events(self, job_id: int) -> list[str]:
-        with self.sessions() as s:
-            return [e.kind for e in store.job_history(s, job_id)]
-
-    def cycle(self) -> CycleReport:
-        return run_cycle(self.deps)
-
-    def cycle_until(
-        self, done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S
-    ) -> list[CycleReport]:
-        """Run cycles until `done()`; fail after `timeout_s`. Returns the reports."""
-        reports: list[CycleReport] = []
-        deadline = time.monotonic() + timeout_s
-        pause = threading.Event()
-        while True:
-            reports.append(self.cycle())
-            if done():
-                return reports
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout_s} s waiting for: {what}")
-            pause.wait(0.05)  # pacing between cycles, not synchronisation
-
-    def state_is(self, job_id: int, *states: str) -> Callable[[], bool]:
-        return lambda: self.job(job_id).state in states
-
-    def flag(self, name: str) -> Path:
-        """A file a job's command waits for: `touch` it to let the job end."""
-        return self.tmp / f"{name}.flag"
-
-
-def wait_for(done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for: {what}")
-        pause.wait(0.05)
-
-
-def waits_for(flag: Path) -> str:
-    """A command that runs until `flag` exists."""
-    return f"while [ ! -e '{flag}' ]; do sleep 0.05; done"
 
 
 @pytest.fixture
-def rig(sessions: sessionmaker[Session], tmp_path: Path) -> Iterator[Rig]:  # noqa: F811
+def rig(sessions: sessionmaker[Session], tmp_path: Path) -> MemoryRig:  # noqa: F811
+    """The cluster on the in-memory executor: the cycle's logic, no processes. Its runs'
+    clock goes 10 x real time: a run of 1 s takes 0.1 s of the test."""
+    users = init_cluster(sessions)
+    executor = MemoryExecutor([MemoryGpus(*g) for g in SMALL_CLUSTER_GPUS], FastClock(10.0))
+    return MemoryRig(sessions, users, executor, CycleDeps(sessions, executor), tmp_path)
+
+
+@pytest.fixture
+def local_rig(sessions: sessionmaker[Session], tmp_path: Path) -> Iterator[LocalRig]:  # noqa: F811
+    """The cluster on the real local executor (bash process groups)."""
     users = init_cluster(sessions)
     executor = local_executor(tmp_path / "executor")
-    yield Rig(sessions, users, executor, CycleDeps(sessions, executor), tmp_path)
+    yield LocalRig(sessions, users, executor, CycleDeps(sessions, executor), tmp_path)
     for run in executor.runs():  # nothing outlives the test
         if not run.state.ended:
             executor.cancel(run.executor_id)

@@ -17,7 +17,7 @@ from jpushare import store
 from jpushare.store import run_reports
 from jpushare.store.run_reports import RunEnd
 from jpushare.store.transitions import clean_text
-from tests.dispatcher.conftest import Rig, wait_for, waits_for
+from tests.cycle_rig import MemoryRig, wait_for
 
 
 def test_clean_text_replaces_nul_and_control_characters_but_newline_and_tab() -> None:
@@ -26,18 +26,11 @@ def test_clean_text_replaces_nul_and_control_characters_but_newline_and_tab() ->
 
 
 def test_an_oom_line_with_a_nul_byte_requeues_with_a_cleaned_reason_and_cycles_go_on(
-    rig: Rig,
+    rig: MemoryRig,
 ) -> None:
-    flag = rig.flag("blocker")
-    blocker = rig.submit("bob", 2, waits_for(flag))  # takes both rtx4090 GPUs
-    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
-    oom = rig.submit(
-        "alice",
-        1,
-        'if [ "$JPUSHARE_ATTEMPT" = 1 ]; then sleep 0.3; '
-        r"printf 'torch.OutOfMemoryError: CUDA out of memory.\000 Tried to allocate 2 GiB\n' >&2; "
-        "exit 1; fi; echo fits now",
-    )
+    _, blocker = rig.start_held("bob", 2, "blocker")  # takes both rtx4090 GPUs
+    oom_line = "torch.OutOfMemoryError: CUDA out of memory.\x00 Tried to allocate 2 GiB"
+    oom = rig.submit("alice", 1, rig.oom_once(oom_line, then="fits now"))
     rig.cycle_until(
         lambda: rig.job(oom).attempts == 1 and rig.job(oom).state == "GLOBAL_QUEUE_WAIT",
         "the OOM attempt is requeued",
@@ -50,13 +43,13 @@ def test_an_oom_line_with_a_nul_byte_requeues_with_a_cleaned_reason_and_cycles_g
         details = [e.detail for e in store.job_history(s, oom) if e.kind == "oom_requeued"]
     assert len(details) == 1 and "\x00" not in str(details[0])
     # Later cycles still work: the blocker ends and the job's second attempt runs.
-    flag.touch()
+    blocker.release()
     rig.cycle_until(rig.state_is(oom, "COMPLETED"), "the second attempt completes")
     assert rig.job(oom).attempts == 2
 
 
 def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: MemoryRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bad = rig.submit("alice", 1, "true")
     good = rig.submit("bob", 1, "true")
@@ -68,7 +61,8 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
         ),
         "both runs end",
     )
-    waiting = rig.submit("alice", 1, waits_for(rig.flag("waiting")))
+    waiting_hold = rig.hold("waiting")
+    waiting = rig.submit("alice", 1, waiting_hold.command)
 
     real_end_job = store.end_job
 
@@ -99,4 +93,4 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
     monkeypatch.setattr(store, "end_job", real_end_job)
     monkeypatch.setattr(record_runs_module, "end_jobs", real_end_jobs)
     rig.cycle_until(rig.state_is(bad, "COMPLETED"), "the skipped end is recorded next cycle")
-    rig.flag("waiting").touch()
+    waiting_hold.release()

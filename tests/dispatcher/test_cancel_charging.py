@@ -1,4 +1,4 @@
-"""SPEC §4 for cancelled jobs (both databases, the real local executor): every GPU-second a
+"""SPEC §4 for cancelled jobs (both databases, the in-memory executor): every GPU-second a
 run held is charged exactly once, including the time between the cancel and the moment the
 run really stopped, which only the executor knows."""
 
@@ -7,26 +7,22 @@ from __future__ import annotations
 import pytest
 
 from jpushare import store
-from tests.dispatcher.conftest import Rig, wait_for, waits_for
+from tests.constants import TFLOPS
+from tests.cycle_rig import MemoryRig, wait_for
+from tests.job_script import Script
+from tests.memory_executor import Program
 
-TFLOPS = {"rtx4090": 82.6, "rtx3080ti": 34.1}
-
-# Keeps running ~1 s after the SIGTERM of the cancel (a job saving a checkpoint).
-SLOW_TO_STOP = "trap 'sleep 1; exit 0' TERM; sleep 300 & wait"
-
-
-def lab_usage(rig: Rig, lab: str) -> float:
-    with rig.sessions() as s:
-        return store.get_lab(s, lab).cumulative_usage
+# Keeps running 1 s after the cancel (a job saving a checkpoint).
+SLOW_TO_STOP = Program(Script(seconds=None), stop_s=1.0)
 
 
 @pytest.mark.parametrize("cancelled_when", ["DISPATCHED", "RUNNING"])
 def test_a_cancelled_run_is_charged_until_it_really_ended_once(
-    rig: Rig, cancelled_when: str
+    rig: MemoryRig, cancelled_when: str
 ) -> None:
-    job_id = rig.submit("alice", 1, SLOW_TO_STOP)
+    job_id = rig.submit("alice", 1, rig.executor.program(SLOW_TO_STOP))
     assert rig.cycle().dispatched.started == (job_id,)
-    # The process has started; the database may not know it yet (DISPATCHED).
+    # The run has started; the database may not know it yet (DISPATCHED).
     wait_for(
         lambda: (
             (run := rig.executor.find(str(job_id), 1)) is not None and run.started_at is not None
@@ -52,13 +48,13 @@ def test_a_cancelled_run_is_charged_until_it_really_ended_once(
     job = rig.job(job_id)
     assert job.state == "CANCELLED" and job.tier_name is not None
     expected = 1 * seconds * TFLOPS[job.tier_name]
-    assert lab_usage(rig, "alpha") == pytest.approx(expected, rel=1e-6)
+    assert rig.usage("alpha") == pytest.approx(expected, rel=1e-6)
     assert job.run_cost == pytest.approx(expected, rel=1e-6)
     assert job.started_at is not None and job.ended_at is not None
     assert store.to_epoch(job.ended_at) == pytest.approx(run.ended_at, abs=1e-3)
 
     # Exactly once: another cycle, or settling again, changes nothing.
-    events = rig.events(job_id)
+    events = rig.kinds(job_id)
     rig.cycle()
     with rig.sessions.begin() as s:
         again = store.settle_cancelled_run(
@@ -69,21 +65,21 @@ def test_a_cancelled_run_is_charged_until_it_really_ended_once(
             store.from_epoch(run.ended_at),
         )
     assert again == 0.0
-    assert rig.events(job_id) == events
-    assert lab_usage(rig, "alpha") == pytest.approx(expected, rel=1e-6)
+    assert rig.kinds(job_id) == events
+    assert rig.usage("alpha") == pytest.approx(expected, rel=1e-6)
     assert rig.job(job_id).run_cost == pytest.approx(expected, rel=1e-6)
 
 
 def test_a_job_cancelled_in_the_queue_after_an_oom_requeue_is_not_settled_again(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: MemoryRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flag = rig.flag("blocker")
-    blocker = rig.submit("bob", 2, waits_for(flag))  # takes both rtx4090 GPUs
-    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
+    _, blocker = rig.start_held("bob", 2, "blocker")  # takes both rtx4090 GPUs
     oom = rig.submit(
         "alice",
         1,
-        "sleep 0.3; echo 'torch.OutOfMemoryError: CUDA out of memory.' >&2; exit 1",
+        rig.script(
+            Script(error="torch.OutOfMemoryError: CUDA out of memory.", seconds=0.3, exit_code=1)
+        ),
     )
     rig.cycle_until(rig.state_is(oom, "GLOBAL_QUEUE_WAIT"), "the OOM attempt is requeued")
     with rig.sessions.begin() as s:
@@ -101,5 +97,5 @@ def test_a_job_cancelled_in_the_queue_after_an_oom_requeue_is_not_settled_again(
     assert calls == []  # its run was charged when it was requeued
     job = rig.job(oom)
     assert job.run_cost > 0
-    assert lab_usage(rig, "alpha") == pytest.approx(job.charged_tflop_s)
-    flag.touch()
+    assert rig.usage("alpha") == pytest.approx(job.charged_tflop_s)
+    blocker.release()

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from tests.constants import TFLOPS
 from tests.dispatcher.crash_campaign import (
     Campaign,
     ExecutorRun,
@@ -69,7 +70,7 @@ def test_serve_killed_at_random_loses_doubles_and_mischarges_nothing(world: Worl
         users=world.users,
         strong=("node-a", "rtx4090"),
         weak=("node-b", "rtx3080ti"),
-        tflops={"node-a": 82.6, "node-b": 34.1},
+        tflops={"node-a": TFLOPS["rtx4090"], "node-b": TFLOPS["rtx3080ti"]},
         work=work,
         start=start,
         runs=lambda: local_runs(world.state),

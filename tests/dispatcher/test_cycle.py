@@ -1,5 +1,7 @@
-"""Whole dispatcher cycles on SQLite and PostgreSQL with the real local executor (declared
-GPUs, real bash process groups): the job lives of SPEC §5 and the scenarios S2, S3, S10."""
+"""Whole dispatcher cycles on SQLite and PostgreSQL: the job lives of SPEC §5 and the
+scenarios S2, S3, S10 on the in-memory executor (`rig`), and what is about processes (a
+cancel kills the process group, a refused start) on the real local executor (`local_rig`).
+S2/S3 run on both (tests/scenario_s2.py)."""
 
 from __future__ import annotations
 
@@ -14,24 +16,23 @@ import pytest
 
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps
-from jpushare.executors.base import LaunchSpec
-from jpushare.executors.local import LocalExecutor
+from jpushare.executors.base import Executor, LaunchSpec
 from jpushare.executors.process_groups import live_groups
 from jpushare.llm_router import HttpRouter
-from jpushare.store.observations import load_observed_busy
 from jpushare.time_limits import state_label
-from tests.dispatcher.conftest import Rig, local_executor, wait_for, waits_for
+from tests.constants import TFLOPS
+from tests.cycle_rig import CycleRig, MemoryRig
+from tests.dispatcher.conftest import LocalRig, local_executor, wait_for
+from tests.job_script import Script
+from tests.scenario_s2 import reserve_then_fill
 
-TFLOPS = {"rtx4090": 82.6, "rtx3080ti": 34.1}
+CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
-def lab_usage(rig: Rig, lab: str) -> float:
-    with rig.sessions() as s:
-        return store.get_lab(s, lab).cumulative_usage
-
-
-def test_a_one_gpu_job_runs_to_completed_and_its_lab_is_charged_its_run_cost(rig: Rig) -> None:
-    job_id = rig.submit("alice", 1, "echo hello from $JPUSHARE_JOB_ID; sleep 0.2")
+def test_a_one_gpu_job_runs_to_completed_and_its_lab_is_charged_its_run_cost(
+    rig: MemoryRig,
+) -> None:
+    job_id = rig.submit("alice", 1, rig.script(Script("hello from $JPUSHARE_JOB_ID", seconds=0.2)))
     rig.cycle_until(rig.state_is(job_id, "COMPLETED"), "the job completes")
 
     job = rig.job(job_id)
@@ -41,59 +42,30 @@ def test_a_one_gpu_job_runs_to_completed_and_its_lab_is_charged_its_run_cost(rig
     assert (job.node_name, job.tier_name, job.executor_id) == ("node-a", "rtx4090", f"{job_id}.1")
     expected = 1 * (run.ended_at - run.started_at) * TFLOPS["rtx4090"]
     assert job.run_cost == pytest.approx(expected, abs=1e-3)  # microsecond times
-    assert lab_usage(rig, "alpha") == pytest.approx(job.run_cost, rel=1e-9)
-    assert lab_usage(rig, "beta") == 0.0
+    assert rig.usage("alpha") == pytest.approx(job.run_cost, rel=1e-9)
+    assert rig.usage("beta") == 0.0
     assert rig.executor.log(str(job_id), 1) == f"hello from {job_id}\n"
-    events = rig.events(job_id)
+    events = rig.kinds(job_id)
     assert events[:2] == ["submitted", "dispatched"]
     assert events[-2:] == ["completed", "charged"]
     assert events.count("dispatched") == 1
 
 
-def test_a_two_gpu_job_reserves_then_fills_and_starts_when_a_one_gpu_job_ends(rig: Rig) -> None:
-    flag = rig.flag("small")
-    small = rig.submit("alice", 1, waits_for(flag))
-    rig.cycle_until(rig.state_is(small, "RUNNING"), "the 1-GPU job runs")
-    big = rig.submit("bob", 2, "true")
-
-    # S2: the top job reserves the one idle GPU of node-a.
-    rig.cycle_until(lambda: rig.job(big).reserved_gpus == 1, "the 2-GPU job reserves")
-    job = rig.job(big)
-    assert (job.state, job.reserved_node_name, job.reserved_tier_name) == (
-        "GLOBAL_QUEUE_WAIT",
-        "node-a",
-        "rtx4090",
-    )
-    with rig.sessions() as s:
-        assert load_observed_busy(s) == {("node-a", "rtx4090"): 1}
-
-    # S3: the small job ends; the reservation absorbs its GPU, fills and dispatches.
-    flag.touch()
-    rig.cycle_until(rig.state_is(big, "COMPLETED"), "the 2-GPU job completes")
-    events = rig.events(big)
-    assert events.index("reservation_started") < events.index("absorbed")
-    assert events.index("absorbed") < events.index("released") < events.index("dispatched")
-    with rig.sessions() as s:
-        released = [e for e in store.job_history(s, big) if e.kind == "released"]
-    assert [e.detail and e.detail["reason"] for e in released] == ["filled"]
-    job = rig.job(big)
-    assert job.reservation_gpu_seconds > 0  # SPEC §4: the reservation is charged too
-    assert lab_usage(rig, "beta") == pytest.approx(job.run_cost + job.reservation_gpu_seconds)
+def test_s2_s3_a_two_gpu_job_reserves_beside_a_foreign_job_then_fills(rig: MemoryRig) -> None:
+    free = rig.foreign("node-a", "rtx4090", 1)
+    reserve_then_fill(rig, free, rig.script(Script(seconds=0.2)))
 
 
-def test_an_oom_attempt_is_requeued_at_a_stronger_tier_then_completes(rig: Rig) -> None:
-    flag = rig.flag("blocker")
-    blocker = rig.submit("bob", 2, waits_for(flag))  # takes both rtx4090 GPUs
-    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
-    oom = rig.submit(
-        "alice",
-        1,
-        # The attempt runs a moment first: its start and end are file times, and an
-        # instant exit could share the kernel's coarse timestamp (a run of 0 s costs 0).
-        'if [ "$JPUSHARE_ATTEMPT" = 1 ]; then sleep 0.3; '
-        "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; "
-        "exit 1; fi; echo fits now",
-    )
+def test_s2_s3_a_two_gpu_job_reserves_then_fills_when_a_local_job_ends(
+    local_rig: LocalRig,
+) -> None:
+    _, small = local_rig.start_held("alice", 1, "small")
+    reserve_then_fill(local_rig, small.release, "true")
+
+
+def test_an_oom_attempt_is_requeued_at_a_stronger_tier_then_completes(rig: MemoryRig) -> None:
+    _, blocker = rig.start_held("bob", 2, "blocker")  # takes both rtx4090 GPUs
+    oom = rig.submit("alice", 1, rig.oom_once(CUDA_OOM, then="fits now"))
     # S10: attempt 1 runs on rtx3080ti, runs out of memory, and is requeued at rtx4090.
     rig.cycle_until(
         lambda: rig.job(oom).attempts == 1 and rig.job(oom).state == "GLOBAL_QUEUE_WAIT",
@@ -101,18 +73,19 @@ def test_an_oom_attempt_is_requeued_at_a_stronger_tier_then_completes(rig: Rig) 
     )
     job = rig.job(oom)
     assert job.minimum_tier_sort_order == 20
-    assert job.run_cost > 0 and lab_usage(rig, "alpha") == pytest.approx(job.run_cost)
+    assert job.run_cost > 0 and rig.usage("alpha") == pytest.approx(job.run_cost)
     assert "CUDA out of memory" in (job.reason or "")
-    flag.touch()
+    blocker.release()
     rig.cycle_until(rig.state_is(oom, "COMPLETED"), "the second attempt completes")
     job = rig.job(oom)
     assert (job.attempts, job.tier_name) == (2, "rtx4090")
-    assert rig.events(oom).count("oom_requeued") == 1
+    assert rig.kinds(oom).count("oom_requeued") == 1
     assert rig.executor.log(str(oom), 2) == "fits now\n"
-    assert lab_usage(rig, "alpha") == pytest.approx(job.run_cost)
+    assert rig.usage("alpha") == pytest.approx(job.run_cost)
 
 
-def test_cancelling_a_running_job_kills_its_whole_process_group(rig: Rig) -> None:
+def test_cancelling_a_running_job_kills_its_whole_process_group(local_rig: LocalRig) -> None:
+    rig = local_rig
     job_id = rig.submit("alice", 1, "sleep 300 & sleep 300; wait")
     rig.cycle_until(rig.state_is(job_id, "RUNNING"), "the job runs")
     key = f"{job_id}.1"
@@ -135,10 +108,11 @@ def test_cancelling_a_running_job_kills_its_whole_process_group(rig: Rig) -> Non
     wait_for(lambda: pgid not in (live_groups() or set()), "the process group is gone")
     job = rig.job(job_id)
     assert job.state == "CANCELLED"
-    assert rig.events(job_id).count("cancelled") == 1
+    assert rig.kinds(job_id).count("cancelled") == 1
 
 
-def test_a_refused_submit_fails_the_job_with_the_executors_reason(rig: Rig) -> None:
+def test_a_refused_submit_fails_the_job_with_the_executors_reason(local_rig: LocalRig) -> None:
+    rig = local_rig
     broken = local_executor(rig.tmp / "broken", workdir=rig.tmp / "no-such-directory")
     deps = CycleDeps(rig.sessions, broken)
     job_id = rig.submit("alice", 1)
@@ -149,10 +123,10 @@ def test_a_refused_submit_fails_the_job_with_the_executors_reason(rig: Rig) -> N
     assert job.reason is not None
     assert job.reason.startswith("the executor refused the job: could not start the job")
     assert broken.runs() == []  # nothing left behind
-    assert rig.events(job_id)[-1] in ("failed", "charged")
+    assert rig.kinds(job_id)[-1] in ("failed", "charged")
 
 
-def _cycle_with(rig: Rig, deps: CycleDeps) -> Any:
+def _cycle_with(rig: CycleRig, deps: CycleDeps) -> Any:
     from jpushare.dispatcher.cycle import run_cycle
 
     return run_cycle(deps)
@@ -192,7 +166,7 @@ def llm_router() -> Iterator[RecordingRouter]:
 class CallOrder:
     """Wraps the router and the executor to record the order of yield and submit."""
 
-    def __init__(self, router: HttpRouter, executor: LocalExecutor) -> None:
+    def __init__(self, router: HttpRouter, executor: Executor) -> None:
         self.calls: list[str] = []
         self.router = router
         self.executor = executor
@@ -213,7 +187,7 @@ class CallOrder:
 
 
 def test_the_llm_router_is_told_to_yield_before_the_job_is_started(
-    rig: Rig, llm_router: RecordingRouter
+    rig: MemoryRig, llm_router: RecordingRouter
 ) -> None:
     router = HttpRouter(llm_router.url)
     both = CallOrder(router, rig.executor)
@@ -235,7 +209,7 @@ def test_the_llm_router_is_told_to_yield_before_the_job_is_started(
     router.close()
 
 
-def test_an_unreachable_router_does_not_block_dispatch(rig: Rig) -> None:
+def test_an_unreachable_router_does_not_block_dispatch(rig: MemoryRig) -> None:
     router = HttpRouter("http://127.0.0.1:9", connect_timeout_s=0.5)
     deps = CycleDeps(rig.sessions, rig.executor, router)
     job_id = rig.submit("alice", 1)
@@ -245,9 +219,9 @@ def test_an_unreachable_router_does_not_block_dispatch(rig: Rig) -> None:
 
 
 class FlakyExecutor:
-    """The local executor whose next `fail` submits raise like an unreachable backend."""
+    """An executor whose next `fail` submits raise like an unreachable backend."""
 
-    def __init__(self, executor: LocalExecutor, fail: int) -> None:
+    def __init__(self, executor: Executor, fail: int) -> None:
         self.executor = executor
         self.fail = fail
         self.submits = 0
@@ -264,11 +238,11 @@ class FlakyExecutor:
 
 
 def test_an_executor_error_leaves_the_job_dispatched_and_the_next_cycle_starts_it_once(
-    rig: Rig,
+    rig: MemoryRig,
 ) -> None:
     flaky = FlakyExecutor(rig.executor, fail=1)
     deps = CycleDeps(rig.sessions, flaky)
-    job_id = rig.submit("alice", 1, "sleep 0.2")
+    job_id = rig.submit("alice", 1, rig.script(Script(seconds=0.2)))
     report = _cycle_with(rig, deps)
     assert report.dispatched.deferred == (job_id,)
     assert rig.job(job_id).state == "DISPATCHED"
@@ -278,10 +252,12 @@ def test_an_executor_error_leaves_the_job_dispatched_and_the_next_cycle_starts_i
     rig.deps = deps
     rig.cycle_until(rig.state_is(job_id, "COMPLETED"), "the job completes")
     assert [r.attempt for r in rig.executor.runs()] == [1]
-    assert rig.events(job_id).count("dispatched") == 1
+    assert rig.kinds(job_id).count("dispatched") == 1
 
 
-def test_a_dispatch_recorded_but_not_submitted_is_submitted_by_the_next_cycle(rig: Rig) -> None:
+def test_a_dispatch_recorded_but_not_submitted_is_submitted_by_the_next_cycle(
+    rig: MemoryRig,
+) -> None:
     job_id = rig.submit("alice", 1)
     # Steps 2-4 only, as if the process died right after the commit.
     from jpushare.policy import decide
@@ -297,8 +273,10 @@ def test_a_dispatch_recorded_but_not_submitted_is_submitted_by_the_next_cycle(ri
     assert [(r.job_id, r.attempt) for r in rig.executor.runs()] == [(str(job_id), 1)]
 
 
-def test_a_run_submitted_but_not_confirmed_is_confirmed_not_started_again(rig: Rig) -> None:
-    job_id = rig.submit("alice", 1, "sleep 0.2")
+def test_a_run_submitted_but_not_confirmed_is_confirmed_not_started_again(
+    rig: MemoryRig,
+) -> None:
+    job_id = rig.submit("alice", 1, rig.script(Script(seconds=0.2)))
     from jpushare.policy import decide
 
     with rig.sessions.begin() as s:
@@ -314,20 +292,11 @@ def test_a_run_submitted_but_not_confirmed_is_confirmed_not_started_again(rig: R
     assert report.resubmitted.started == ()
     rig.cycle_until(rig.state_is(job_id, "COMPLETED"), "the job completes")
     assert [(r.job_id, r.attempt) for r in rig.executor.runs()] == [(str(job_id), 1)]
-    assert rig.events(job_id).count("dispatch_confirmed") == 1
+    assert rig.kinds(job_id).count("dispatch_confirmed") == 1
 
 
-def test_a_run_stopped_at_its_time_limit_ends_failed_time_limit(rig: Rig) -> None:
-    with rig.sessions.begin() as s:
-        job_id = store.submit(
-            s,
-            user_id=rig.users["alice"].id,
-            name="long",
-            command="sleep 30",
-            num_gpus=1,
-            now=store.utc_now(),
-            time_limit_s=0.3,
-        ).job.id
+def test_a_run_stopped_at_its_time_limit_ends_failed_time_limit(rig: MemoryRig) -> None:
+    job_id = rig.submit("alice", 1, rig.script(Script(seconds=30)), time_limit_s=0.3)
     rig.cycle_until(rig.state_is(job_id, "FAILED"), "the time limit ends the job")
     job = rig.job(job_id)
     assert job.reason is not None and job.reason.startswith("time limit")

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from jpushare.dispatcher.cycle import CycleReport
 from jpushare.dispatcher.lock import NoLock
 from jpushare.dispatcher.loop import Dispatcher
-from tests.dispatcher.conftest import Rig
+from tests.cycle_rig import MemoryRig
 
 
 class FailingLock(NoLock):
@@ -32,7 +32,7 @@ class Unreachable:
         raise RuntimeError("sinfo: Unable to contact slurm controller")
 
 
-def test_failed_and_done_cycles_reach_the_hooks(rig: Rig) -> None:
+def test_failed_and_done_cycles_reach_the_hooks(rig: MemoryRig) -> None:
     stop = threading.Event()
     seen: list[str] = []
 

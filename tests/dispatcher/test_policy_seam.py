@@ -7,13 +7,13 @@ from dataclasses import replace
 
 from jpushare.dispatcher.cycle import run_cycle
 from jpushare.policy.peers import fifo
-from tests.dispatcher.conftest import Rig, waits_for
+from tests.cycle_rig import MemoryRig
 
 
-def test_a_cycle_decides_by_its_policy_fifo_blocks_where_reservation_reserves(rig: Rig) -> None:
-    flag = rig.flag("small")
-    small = rig.submit("alice", 1, waits_for(flag))
-    rig.cycle_until(rig.state_is(small, "RUNNING"), "the 1-GPU job runs")
+def test_a_cycle_decides_by_its_policy_fifo_blocks_where_reservation_reserves(
+    rig: MemoryRig,
+) -> None:
+    _small, hold = rig.start_held("alice", 1, "small")
     big = rig.submit("bob", 2, "true")  # node-a has 1 idle GPU: it cannot start
     after = rig.submit("bob", 1, "true")  # would fit node-b
 
@@ -27,4 +27,4 @@ def test_a_cycle_decides_by_its_policy_fifo_blocks_where_reservation_reserves(ri
     report = rig.cycle()
     assert report.reservations_started == 1 and report.dispatched.started == (after,)
     assert (rig.job(big).reserved_gpus, rig.job(big).reserved_node_name) == (1, "node-a")
-    flag.touch()
+    hold.release()

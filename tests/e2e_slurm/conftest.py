@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import os
 import pwd
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.dispatcher.cycle import CycleDeps, CycleReport, run_cycle
+from jpushare.dispatcher.cycle import CycleDeps
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.store.cluster_setup import load_cluster_spec
+from tests.constants import TFLOPS
+from tests.cycle_rig import TIMEOUT_S, CycleRig, wait_for
 from tests.database import new_database
 from tests.executors.live_slurm import (
     NODES,
@@ -42,11 +41,13 @@ from tests.executors.live_slurm import (
     session_prefix,
     slurm,
 )
+from tests.job_script import FlagHold
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_FILE = REPO / "examples" / "slurm-cluster.yaml"
-TIMEOUT_S = 60.0  # generous: a loaded 2-core CI machine
-TFLOPS = {"rtx3080ti": 34.1, "rtx4090": 82.6, "rtx5090": 104.8}
+POLL_S = 0.1
+
+__all__ = ["TFLOPS", "TIMEOUT_S", "SlurmRig", "make_rig", "wait_for", "waits_for"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,18 +55,9 @@ def _cluster_up() -> None:
     require_cluster()
 
 
-def wait_for(done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for: {what}")
-        pause.wait(0.1)
-
-
 def waits_for(flag: Path) -> str:
     """A command that runs until `flag` exists."""
-    return f"while [ ! -e '{flag}' ]; do sleep 0.1; done"
+    return FlagHold(flag, POLL_S).command
 
 
 def slurm_names(prefix: str) -> list[str]:
@@ -79,20 +71,21 @@ def slurm_state(job_name: str) -> list[str]:
     return out.split()
 
 
-@dataclass
-class SlurmRig:
-    """A store with the cluster file, a SlurmExecutor with this test's prefix, a cycle."""
+@dataclass(kw_only=True)
+class SlurmRig(CycleRig):
+    """The cycle rig (tests/cycle_rig.py) on a SlurmExecutor with this test's prefix; `tmp`
+    is the directory the jobs and the test share."""
 
-    sessions: sessionmaker[Session]
-    db_url: str
-    users: dict[str, store.UserRecord]
     executor: SlurmExecutor
-    deps: CycleDeps
+    db_url: str
     prefix: str
-    shared: Path
     foreign: list[str] = field(default_factory=list)
+    poll_s: float = POLL_S
+    check_observed: bool = True
 
-    # --- the store -------------------------------------------------------------------
+    @property
+    def shared(self) -> Path:
+        return self.tmp
 
     def open_only(self, *nodes: str) -> None:
         """Drain every node but `nodes` in the store (admin drain: R5 for JPU-Share only)."""
@@ -104,70 +97,21 @@ class SlurmRig:
                 else:
                     store.drain_node(s, node, "e2e test: not used", now)
 
-    def submit(self, user: str, num_gpus: int, command: str, *, min_tier: str | None = None) -> int:
-        with self.sessions.begin() as s:
-            job = store.submit(
-                s,
-                user_id=self.users[user].id,
-                name=f"{user}-{num_gpus}",
-                command=command,
-                num_gpus=num_gpus,
-                now=store.utc_now(),
-                min_tier=min_tier,
-            ).job
-        return job.id
-
-    def job(self, job_id: int) -> store.JobRecord:
-        with self.sessions() as s:
-            return store.get_job(s, job_id)
-
-    def events(self, job_id: int) -> list[store.JobEventRecord]:
-        with self.sessions() as s:
-            return store.job_history(s, job_id)
-
-    def kinds(self, job_id: int) -> list[str]:
-        return [e.kind for e in self.events(job_id)]
-
-    def released(self, job_id: int) -> list[str]:
-        return [
-            str(e.detail["reason"])
-            for e in self.events(job_id)
-            if e.kind == "released" and e.detail
-        ]
-
-    def usage(self, lab: str) -> float:
-        with self.sessions() as s:
-            return store.get_lab(s, lab).cumulative_usage
-
-    def state_is(self, job_id: int, *states: str) -> Callable[[], bool]:
-        return lambda: self.job(job_id).state in states
-
-    # --- the dispatcher ----------------------------------------------------------------
-
-    def cycle(self) -> CycleReport:
-        report = run_cycle(self.deps)
-        assert report.observed is not None, report.error
-        return report
-
-    def cycle_until(
-        self, done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S
-    ) -> list[CycleReport]:
-        """Run cycles until `done()`; fail after `timeout_s`."""
-        reports: list[CycleReport] = []
-        deadline = time.monotonic() + timeout_s
-        pause = threading.Event()
-        while True:
-            reports.append(self.cycle())
-            if done():
-                return reports
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout_s} s waiting for: {what}")
-            pause.wait(0.1)
+    def service_env(self, tmp_path: Path, **settings: str) -> dict[str, str]:
+        """The environment of a `jpushare serve` on this rig's database and Slurm prefix:
+        this process's less its JPUSHARE_* settings, state under tmp_path/var, `settings`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
+        env.update(
+            JPUSHARE_DATABASE_URL=self.db_url,
+            JPUSHARE_STATE_DIR=str(tmp_path / "var"),
+            JPUSHARE_EXECUTOR="slurm",
+            JPUSHARE_SLURM_LOG_DIR=str(self.shared / "logs"),
+            JPUSHARE_SLURM_PREFIX=self.prefix,
+            **settings,
+        )
+        return env
 
     # --- Slurm by hand -----------------------------------------------------------------
-
-    def flag(self, name: str) -> Path:
-        return self.shared / f"{name}.flag"
 
     def foreign_job(self, node: str, gres: str, flag: Path) -> str:
         """sbatch a job outside JPU-Share (not its name format) that holds GPUs until flag.
@@ -224,7 +168,13 @@ def make_rig(
             }
         executor = SlurmExecutor(shared / "logs", name_prefix=prefix)
         rig = SlurmRig(
-            sessions, url, users, executor, CycleDeps(sessions, executor), prefix, shared
+            sessions=sessions,
+            users=users,
+            executor=executor,
+            deps=CycleDeps(sessions, executor),
+            tmp=shared,
+            db_url=url,
+            prefix=prefix,
         )
         try:
             yield rig

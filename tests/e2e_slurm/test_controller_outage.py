@@ -12,7 +12,6 @@ ends COMPLETED as exactly one Slurm job.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,16 +66,7 @@ def test_a_lost_slurm_controller_pauses_dispatching_loses_nothing_and_reconciles
     with rig.sessions.begin() as s:
         token = store.issue_token(s, rig.users["alice"].id, store.utc_now()).secret
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
-    env.update(
-        JPUSHARE_DATABASE_URL=rig.db_url,
-        JPUSHARE_STATE_DIR=str(tmp_path / "var"),
-        JPUSHARE_EXECUTOR="slurm",
-        JPUSHARE_SLURM_LOG_DIR=str(rig.shared / "logs"),
-        JPUSHARE_SLURM_PREFIX=rig.prefix,
-        JPUSHARE_CYCLE_S="0.3",
-        JPUSHARE_LEASE_S="3",
-    )
+    env = rig.service_env(tmp_path, JPUSHARE_CYCLE_S="0.3", JPUSHARE_LEASE_S="3")
     service = start_service("serve", env, tmp_path, "--port", str(port))
     try:
         api = Api(f"http://127.0.0.1:{port}", token)

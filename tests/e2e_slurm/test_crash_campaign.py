@@ -10,7 +10,6 @@ reading of that same list.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -65,17 +64,7 @@ def test_serve_killed_at_random_on_slurm_loses_doubles_and_mischarges_nothing(
     work.chmod(0o777)
 
     def start(name: str, extra: dict[str, str]) -> Service:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
-        env.update(
-            JPUSHARE_DATABASE_URL=rig.db_url,
-            JPUSHARE_STATE_DIR=str(tmp_path / "var"),
-            JPUSHARE_EXECUTOR="slurm",
-            JPUSHARE_SLURM_LOG_DIR=str(rig.shared / "logs"),
-            JPUSHARE_SLURM_PREFIX=rig.prefix,
-            JPUSHARE_CYCLE_S="0.2",
-            JPUSHARE_LEASE_S="1.5",
-            **extra,
-        )
+        env = rig.service_env(tmp_path, JPUSHARE_CYCLE_S="0.2", JPUSHARE_LEASE_S="1.5", **extra)
         return start_service(name, env, tmp_path, "--no-api", "--log-level", "INFO")
 
     site = Site(

@@ -13,7 +13,6 @@ busy GPUs and sbatch's `--gres` all speak of the same GPUs.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -52,18 +51,8 @@ def pg_rig(tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
 
 
 def serve_env(rig: SlurmRig, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
-    env.update(
-        JPUSHARE_DATABASE_URL=rig.db_url,
-        JPUSHARE_STATE_DIR=str(tmp_path / "var"),
-        JPUSHARE_EXECUTOR="slurm",
-        JPUSHARE_SLURM_LOG_DIR=str(rig.shared / "logs"),
-        JPUSHARE_SLURM_PREFIX=rig.prefix,
-        JPUSHARE_SLURM_GPU_TYPES=GPU_TYPES,
-        JPUSHARE_CYCLE_S="0.2",
-    )
-    env.update(extra)
-    return env
+    settings = {"JPUSHARE_SLURM_GPU_TYPES": GPU_TYPES, "JPUSHARE_CYCLE_S": "0.2"} | extra
+    return rig.service_env(tmp_path, **settings)
 
 
 def test_a_service_killed_twice_loses_and_doubles_nothing(pg_rig: SlurmRig, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """SPEC §9 scenarios end to end on the real Slurm cluster: the real dispatcher cycle, the real
 SlurmExecutor (sinfo / sbatch / squeue / scancel) and the store, with short jobs.
 
-S2/S3 (beside a foreign Slurm job, on SQLite and PostgreSQL), S4 swap, S10 OOM
+S2/S3 (beside a foreign Slurm job, on SQLite and PostgreSQL: tests/scenario_s2.py, which
+tests/dispatcher runs on the other executors), S4 swap, S10 OOM
 escalation, S11 cancel during a reservation, S12 a node set down with `scontrol`, and a
 run squeue has forgotten (as after `MinJobAge`) that must not run twice. Each test opens
 only the nodes it needs (conftest.py); placements are tried strongest tier first.
@@ -15,9 +16,10 @@ from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps, run_cycle
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.policy.model import ReleaseReason
-from jpushare.store.observations import load_observed_busy
-from tests.e2e_slurm.conftest import TFLOPS, SlurmRig, slurm_state, waits_for
+from jpushare.store.schema import EventKind
+from tests.e2e_slurm.conftest import TFLOPS, SlurmRig, slurm_state
 from tests.executors.live_slurm import require_root, slurm
+from tests.scenario_s2 import reserve_then_fill
 
 pytestmark = pytest.mark.slurm
 
@@ -42,42 +44,12 @@ def test_s2_s3_a_two_gpu_job_reserves_beside_a_foreign_job_then_fills_and_starts
     rig.open_only("node-a")  # 2 x rtx4090
     flag = rig.flag("foreign")
     rig.foreign_job("node-a", "rtx4090:1", flag)  # sbatch'd outside JPU-Share
-    big = rig.submit("bob", 2, "sleep 2")
 
-    # S2: the foreign job's GPU is busy; the top job reserves the one idle GPU.
-    rig.cycle_until(lambda: rig.job(big).reserved_gpus == 1, "the 2-GPU job reserves")
-    job = rig.job(big)
-    assert (job.state, job.reserved_node_name, job.reserved_tier_name) == (
-        "GLOBAL_QUEUE_WAIT",
-        "node-a",
-        "rtx4090",
-    )
-    with rig.sessions() as s:
-        assert load_observed_busy(s) == {("node-a", "rtx4090"): 1}
-    for _ in range(3):
-        rig.cycle()
-    assert (rig.job(big).state, rig.job(big).reserved_gpus) == ("GLOBAL_QUEUE_WAIT", 1)
-    assert rig.run_names() == []  # nothing sbatch'd while it waits
+    big = reserve_then_fill(rig, flag.touch, "sleep 2")
 
-    # S3: the foreign job ends; the reservation absorbs its GPU, fills and dispatches.
-    flag.touch()
-    rig.cycle_until(rig.state_is(big, "RUNNING", "COMPLETED"), "the 2-GPU job starts")
-    job = rig.job(big)
-    assert (job.node_name, job.tier_name, job.reserved_gpus) == ("node-a", "rtx4090", 0)
-    kinds = rig.kinds(big)
-    assert kinds.index("reservation_started") < kinds.index("absorbed")
-    assert kinds.index("absorbed") < kinds.index("dispatched")
-    assert rig.released(big) == [ReleaseReason.FILLED.value]
     name = rig.run_name(big)
+    assert rig.run_names() == [name]  # sbatch'd once, only once it filled
     assert slurm_field(name, "%P|%b") == "gpu|gres:gpu:rtx4090:2"
-
-    rig.cycle_until(rig.state_is(big, "COMPLETED"), "the 2-GPU job completes")
-    job = rig.job(big)
-    assert rig.run_names() == [name]
-    assert job.run_cost == pytest.approx(2 * run_seconds(rig, big) * TFLOPS["rtx4090"])
-    assert job.reservation_gpu_seconds > 0
-    assert rig.usage("KDG") == pytest.approx(job.run_cost + job.reservation_gpu_seconds)
-    assert rig.kinds(big).count("charged") == 1
 
 
 def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
@@ -85,11 +57,8 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
 ) -> None:
     rig = sqlite_rig
     rig.open_only("node-a", "node-d")  # 2 x rtx4090, 2 x rtx3080ti (partition legacy)
-    free_a, free_d = rig.flag("a"), rig.flag("d")
-    one = rig.submit("alice", 1, waits_for(free_a))  # strongest first: node-a
-    rig.cycle_until(rig.state_is(one, "RUNNING"), "the 1-GPU blocker runs")
-    two = rig.submit("alice", 2, waits_for(free_d))  # only node-d has 2 idle
-    rig.cycle_until(rig.state_is(two, "RUNNING"), "the 2-GPU blocker runs")
+    one, free_a = rig.start_held("alice", 1, "a")  # strongest first: node-a
+    two, free_d = rig.start_held("alice", 2, "d")  # only node-d has 2 idle
     assert (rig.job(one).node_name, rig.job(two).node_name) == ("node-a", "node-d")
     assert slurm_field(rig.run_name(two), "%P") == "legacy"  # the tier's partition
 
@@ -98,7 +67,7 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
     assert rig.job(big).reserved_node_name == "node-a"
 
     # node-d frees 2 GPUs at once: the job starts there and lets node-a's GPU go.
-    free_d.touch()
+    free_d.release()
     rig.cycle_until(rig.state_is(big, "RUNNING", "COMPLETED"), "the 2-GPU job starts")
     job = rig.job(big)
     assert (job.node_name, job.tier_name, job.reserved_gpus) == ("node-d", "rtx3080ti", 0)
@@ -108,7 +77,7 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
     rig.cycle_until(rig.state_is(small, "RUNNING", "COMPLETED"), "a 1-GPU job starts")
     assert rig.job(small).node_name == "node-a"
 
-    free_a.touch()
+    free_a.release()
     for job_id in (one, two, big, small):
         rig.cycle_until(rig.state_is(job_id, "COMPLETED"), f"job {job_id} completes")
     assert rig.run_names() == sorted(rig.run_name(j) for j in (one, two, big, small))
@@ -121,9 +90,7 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
 ) -> None:
     rig = sqlite_rig
     rig.open_only("node-a")
-    flag = rig.flag("blocker")
-    blocker = rig.submit("alice", 1, waits_for(flag))  # a JPU-Share job this time
-    rig.cycle_until(rig.state_is(blocker, "RUNNING"), "the blocker runs")
+    rig.start_held("alice", 1, "blocker")  # a JPU-Share job this time
     big = rig.submit("bob", 2, "sleep 1")
     rig.cycle_until(lambda: rig.job(big).reserved_gpus == 1, "the 2-GPU job reserves")
     rig.cycle_until(lambda: rig.job(big).reservation_gpu_seconds > 0, "the reservation accrues")
@@ -136,8 +103,10 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
     job = rig.job(big)
     assert (job.state, job.reserved_gpus, job.run_cost) == ("CANCELLED", 0, 0.0)
     assert rig.released(big) == [ReleaseReason.CANCEL.value]
-    events = {e.kind: e for e in rig.events(big)}
-    held_s = (events["released"].at - events["reservation_started"].at).total_seconds()
+    events = {e.kind: e for e in rig.history(big)}
+    held_s = (
+        events[EventKind.RELEASED].at - events[EventKind.RESERVATION_STARTED].at
+    ).total_seconds()
     expected = 1 * held_s * TFLOPS["rtx4090"]  # event times: within a millisecond
     assert job.reservation_gpu_seconds == pytest.approx(expected, abs=1e-3 * TFLOPS["rtx4090"])
     assert rig.usage("KDG") == pytest.approx(job.reservation_gpu_seconds)
@@ -232,9 +201,7 @@ def test_a_run_slurm_has_forgotten_fails_as_unknown_and_never_runs_twice(
 ) -> None:
     rig = sqlite_rig
     rig.open_only("node-a")
-    flag = rig.flag("long")
-    job_id = rig.submit("alice", 1, waits_for(flag))
-    rig.cycle_until(rig.state_is(job_id, "RUNNING"), "the job runs")
+    job_id, _ = rig.start_held("alice", 1, "long")
     executor_id = rig.job(job_id).executor_id
     name = rig.run_name(job_id)
 

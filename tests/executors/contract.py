@@ -1,15 +1,24 @@
 """The executor contract: what every Executor must do, as one suite that each backend runs.
 
-The dispatcher only ever sees the `Executor` protocol, and unit tests use fakes of it; this
-suite keeps the local executor, the Slurm executor and any fake honest about the same
-behaviour (STYLE: "one contract test suite runs against every executor").
+The dispatcher only ever sees the `Executor` protocol; this suite keeps the local executor,
+the Slurm executor and the in-memory one of the tests honest about the same behaviour
+(STYLE: "one contract test suite runs against every executor"). It has two parts:
 
-How to plug an executor in — subclass `ExecutorContract` in a test module (the class name
-must start with `Test` so pytest collects it) and give it a `target` fixture:
+- `ExecutorContract`: the protocol's behaviour (states, exit codes, OOM, cancel, idempotent
+  submit, inventory, unknown runs, refusals). Its jobs are `Script`s (tests/job_script.py),
+  which each target turns into its own command: bash for real executors, a program for the
+  in-memory one.
+- `ProcessContract(ExecutorContract)`: what only real processes have: a cancel kills every
+  process of the job, the command runs once, in its directory with exactly its
+  environment, its output and error files, its memory limit. It makes two tests of the
+  first part stronger: the cancel test (same name) and how a start is counted.
 
-    from tests.executors.contract import ContractTarget, ExecutorContract
+How to plug an executor in — subclass one of them in a test module (the class name must
+start with `Test` so pytest collects it) and give it a `target` fixture:
 
-    class TestSlurmExecutorContract(ExecutorContract):
+    from tests.executors.contract import ContractTarget, ProcessContract
+
+    class TestSlurmExecutorContract(ProcessContract):
         pytestmark = pytest.mark.slurm
 
         @pytest.fixture
@@ -24,7 +33,9 @@ What a target must offer:
 - (node, gpu_type) is a placement with at least 2 GPUs, free while the suite runs;
 - `shared_dir` is writable by the jobs (run as `bash`) and readable by this process (the
   suite checks through files there that a cancelled job's processes are really gone);
-- runs reach their end within `timeout_s` (the jobs sleep at most ~1 s unless cancelled).
+- runs reach their end within `timeout_s` (the jobs sleep at most ~1 s unless cancelled);
+- `command` turns a Script into the executor's command (default: bash) and `pause` lets
+  time pass between two looks (default: sleep `poll_s`; a manual clock: advance it).
 
 Every test submits fresh job ids, and `ExecutorContract` cancels whatever is still running
 at the end of each test, so a shared cluster is left clean.
@@ -44,19 +55,22 @@ from typing import Any, TypeVar
 import pytest
 
 from jpushare.executors.base import Executor, LaunchSpec, RunInfo, RunState, SubmitRefused
+from tests.job_script import CUDA_OOM, Script, shell
 
 T = TypeVar("T")
 
-OOM_LINE = (
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
-    "GPU 0 has a total capacity of 23.55 GiB of which 1.02 GiB is free."
-)
+OOM_LINE = CUDA_OOM
 
 
 def wait_for(
-    probe: Callable[[], T | None], timeout_s: float, poll_s: float = 0.05, what: str = ""
+    probe: Callable[[], T | None],
+    timeout_s: float,
+    poll_s: float = 0.05,
+    what: str = "",
+    pause: Callable[[], None] | None = None,
 ) -> T:
-    """Call `probe` until it returns something other than None/False; fail after timeout_s."""
+    """Call `probe` until it returns something other than None/False; fail after timeout_s
+    (real seconds). Between calls: `pause()`, else sleep `poll_s`."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None
     while True:
@@ -65,7 +79,10 @@ def wait_for(
             return last
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what or probe}")
-        time.sleep(poll_s)
+        if pause is None:
+            time.sleep(poll_s)
+        else:
+            pause()
 
 
 @dataclass
@@ -79,13 +96,17 @@ class ContractTarget:
     partition: str | None = None
     timeout_s: float = 10.0  # how long a short run may take to reach a state
     poll_s: float = 0.05
+    command: Callable[[Script], str] = shell
+    pause: Callable[[], None] | None = None  # None: sleep poll_s
     submitted: list[str] = field(default_factory=list)
 
     def spec(
-        self, command: str, num_gpus: int = 1, job_id: str | None = None, **run: Any
+        self, command: str | Script, num_gpus: int = 1, job_id: str | None = None, **run: Any
     ) -> LaunchSpec:
         """A launch on the target's placement; `run`: LaunchSpec's run fields (workdir …)."""
         job_id = job_id or f"contract-{uuid.uuid4().hex[:12]}"
+        if isinstance(command, Script):
+            command = self.command(command)
         return LaunchSpec(
             job_id=job_id,
             attempt=1,
@@ -120,14 +141,18 @@ class ContractTarget:
             info = self.run(spec)
             return info if info.state in states else None
 
-        return wait_for(probe, self.timeout_s, self.poll_s, f"{spec.job_id} in {states}")
+        return self.wait(probe, f"{spec.job_id} in {states}")
 
     def wait_ended(self, spec: LaunchSpec) -> RunInfo:
         def probe() -> RunInfo | None:
             info = self.run(spec)
             return info if info.state.ended else None
 
-        return wait_for(probe, self.timeout_s, self.poll_s, f"{spec.job_id} to end")
+        return self.wait(probe, f"{spec.job_id} to end")
+
+    def wait(self, probe: Callable[[], T | None], what: str = "") -> T:
+        """`wait_for` with the target's timeout and way of letting time pass."""
+        return wait_for(probe, self.timeout_s, self.poll_s, what, self.pause)
 
     def used(self) -> int:
         return sum(
@@ -158,7 +183,7 @@ def _size(path: Path) -> int:
 
 
 class ExecutorContract:
-    """The contract. Subclasses provide the `target` fixture (see the module docstring)."""
+    """The protocol's part. Subclasses provide the `target` fixture (module docstring)."""
 
     @pytest.fixture
     def target(self) -> ContractTarget:
@@ -171,7 +196,7 @@ class ExecutorContract:
             target.executor.cancel(executor_id)
 
     def test_a_short_job_runs_and_completes_with_its_times(self, target: ContractTarget) -> None:
-        spec = target.spec("echo hello-from-the-job; sleep 1")
+        spec = target.spec(Script(output="hello-from-the-job", seconds=1))
         target.submit(spec)
         assert target.run(spec).state in (RunState.PENDING, RunState.RUNNING)
 
@@ -184,12 +209,12 @@ class ExecutorContract:
         assert info.job_id == spec.job_id and info.attempt == spec.attempt
         assert info.node == spec.node
         assert spec.job_id in [r.job_id for r in target.executor.runs()]
-        assert "hello-from-the-job" in wait_for(
-            lambda: target.executor.log(spec.job_id, 1) or None, target.timeout_s
+        assert "hello-from-the-job" in target.wait(
+            lambda: target.executor.log(spec.job_id, 1) or None
         )
 
     def test_a_non_zero_exit_is_failed_with_its_exit_code(self, target: ContractTarget) -> None:
-        spec = target.spec("sleep 0.2; exit 3")
+        spec = target.spec(Script(seconds=0.2, exit_code=3))
         target.submit(spec)
 
         info = target.wait_ended(spec)
@@ -198,7 +223,7 @@ class ExecutorContract:
         assert info.exit_code == 3
 
     def test_cuda_out_of_memory_in_the_output_is_oom(self, target: ContractTarget) -> None:
-        spec = target.spec(f"echo {shlex.quote(OOM_LINE)} >&2; exit 1")
+        spec = target.spec(Script(error=OOM_LINE, exit_code=1))
         target.submit(spec)
 
         info = target.wait_ended(spec)
@@ -206,7 +231,96 @@ class ExecutorContract:
         assert info.state is RunState.OOM, info
         assert "CUDA out of memory" in target.executor.log(spec.job_id, 1)
 
-    def test_cancel_stops_the_whole_process_group(self, target: ContractTarget) -> None:
+    def test_cancel_stops_the_run(self, target: ContractTarget) -> None:
+        spec = target.spec(Script(seconds=None))
+        executor_id = target.submit(spec)
+        target.wait_state(spec, RunState.RUNNING)
+
+        target.executor.cancel(executor_id)
+        info = target.wait_ended(spec)
+
+        assert info.state is RunState.CANCELLED, info
+        target.executor.cancel(executor_id)  # idempotent
+        assert target.run(spec).state is RunState.CANCELLED
+
+    def test_cancel_of_an_ended_run_changes_nothing(self, target: ContractTarget) -> None:
+        spec = target.spec(Script())
+        executor_id = target.submit(spec)
+        target.wait_ended(spec)
+
+        target.executor.cancel(executor_id)
+
+        assert target.run(spec).state is RunState.COMPLETED
+
+    def counted_job(self, target: ContractTarget) -> tuple[LaunchSpec, Callable[[], int]]:
+        """A job of ~0.5 s and how many times it started (here: lines in its log)."""
+        spec = target.spec(Script(output="started", seconds=0.5))
+        return spec, lambda: target.executor.log(spec.job_id, 1).count("started\n")
+
+    def test_submitting_the_same_run_twice_starts_it_once(self, target: ContractTarget) -> None:
+        spec, starts = self.counted_job(target)
+
+        first = target.submit(spec)
+        second = target.submit(spec)
+        target.wait_ended(spec)
+        third = target.submit(spec)  # after it ended too
+
+        assert first == second == third
+        assert [r.job_id for r in target.executor.runs()].count(spec.job_id) == 1
+        assert starts() == 1
+
+    def test_inventory_counts_the_gpus_of_running_jobs(self, target: ContractTarget) -> None:
+        before = target.used()
+        spec = target.spec(Script(seconds=None), num_gpus=2)
+        executor_id = target.submit(spec)
+        target.wait_state(spec, RunState.RUNNING)
+
+        target.wait(lambda: target.used() == before + 2, "2 more used")
+
+        target.executor.cancel(executor_id)
+        target.wait_ended(spec)
+        target.wait(lambda: target.used() == before, "GPUs back")
+
+    def test_the_job_sees_its_gpus_and_its_job_id(self, target: ContractTarget) -> None:
+        spec = target.spec(
+            Script(
+                output="CVD=$CUDA_VISIBLE_DEVICES JOB=$JPUSHARE_JOB_ID ATTEMPT=$JPUSHARE_ATTEMPT"
+            ),
+            num_gpus=2,
+        )
+        target.submit(spec)
+        assert target.wait_ended(spec).state is RunState.COMPLETED
+
+        line = target.wait(
+            lambda: next(
+                (x for x in target.executor.log(spec.job_id, 1).splitlines() if "CVD=" in x),
+                None,
+            )
+        )
+        cvd, job, attempt = (part.split("=", 1)[1] for part in line.split())
+        assert len(set(cvd.split(","))) == 2, line
+        assert job == spec.job_id
+        assert attempt == "1"
+
+    def test_an_unknown_run_is_not_found_and_has_no_log(self, target: ContractTarget) -> None:
+        assert target.executor.find("contract-never-submitted", 1) is None
+        assert target.executor.log("contract-never-submitted", 1) == ""
+
+    def test_a_placement_that_does_not_exist_is_refused(self, target: ContractTarget) -> None:
+        spec = target.spec(Script())
+        bad = dataclasses.replace(spec, node="no-such-node-jpushare")
+
+        with pytest.raises(SubmitRefused):
+            target.executor.submit(bad)
+
+        assert target.executor.find(bad.job_id, bad.attempt) is None
+
+
+class ProcessContract(ExecutorContract):
+    """What only an executor of real processes has (module docstring)."""
+
+    def test_cancel_stops_the_run(self, target: ContractTarget) -> None:
+        """Stronger than the protocol's: every process of the job's group is gone."""
         main = target.shared_dir / f"{uuid.uuid4().hex}.main"
         child = target.shared_dir / f"{uuid.uuid4().hex}.child"
         spec = target.spec(f"( {_ticker(child)} ) & {_ticker(main)}")
@@ -224,72 +338,11 @@ class ExecutorContract:
         target.executor.cancel(executor_id)  # idempotent
         assert target.run(spec).state is RunState.CANCELLED
 
-    def test_cancel_of_an_ended_run_changes_nothing(self, target: ContractTarget) -> None:
-        spec = target.spec("true")
-        executor_id = target.submit(spec)
-        target.wait_ended(spec)
-
-        target.executor.cancel(executor_id)
-
-        assert target.run(spec).state is RunState.COMPLETED
-
-    def test_submitting_the_same_run_twice_starts_it_once(self, target: ContractTarget) -> None:
+    def counted_job(self, target: ContractTarget) -> tuple[LaunchSpec, Callable[[], int]]:
+        """Stronger than a log: the command itself appends a line to a file each start."""
         starts = target.shared_dir / f"{uuid.uuid4().hex}.starts"
         spec = target.spec(f"echo started >> {shlex.quote(str(starts))}; sleep 0.5")
-
-        first = target.submit(spec)
-        second = target.submit(spec)
-        target.wait_ended(spec)
-        third = target.submit(spec)  # after it ended too
-
-        assert first == second == third
-        assert [r.job_id for r in target.executor.runs()].count(spec.job_id) == 1
-        assert starts.read_text() == "started\n"
-
-    def test_inventory_counts_the_gpus_of_running_jobs(self, target: ContractTarget) -> None:
-        before = target.used()
-        spec = target.spec("sleep 30", num_gpus=2)
-        executor_id = target.submit(spec)
-        target.wait_state(spec, RunState.RUNNING)
-
-        wait_for(lambda: target.used() == before + 2, target.timeout_s, what="2 more used")
-
-        target.executor.cancel(executor_id)
-        target.wait_ended(spec)
-        wait_for(lambda: target.used() == before, target.timeout_s, what="GPUs back")
-
-    def test_the_job_sees_its_gpus_and_its_job_id(self, target: ContractTarget) -> None:
-        spec = target.spec(
-            'echo "CVD=$CUDA_VISIBLE_DEVICES JOB=$JPUSHARE_JOB_ID ATTEMPT=$JPUSHARE_ATTEMPT"',
-            num_gpus=2,
-        )
-        target.submit(spec)
-        assert target.wait_ended(spec).state is RunState.COMPLETED
-
-        line = wait_for(
-            lambda: next(
-                (x for x in target.executor.log(spec.job_id, 1).splitlines() if "CVD=" in x),
-                None,
-            ),
-            target.timeout_s,
-        )
-        cvd, job, attempt = (part.split("=", 1)[1] for part in line.split())
-        assert len(set(cvd.split(","))) == 2, line
-        assert job == spec.job_id
-        assert attempt == "1"
-
-    def test_an_unknown_run_is_not_found_and_has_no_log(self, target: ContractTarget) -> None:
-        assert target.executor.find("contract-never-submitted", 1) is None
-        assert target.executor.log("contract-never-submitted", 1) == ""
-
-    def test_a_placement_that_does_not_exist_is_refused(self, target: ContractTarget) -> None:
-        spec = target.spec("true")
-        bad = dataclasses.replace(spec, node="no-such-node-jpushare")
-
-        with pytest.raises(SubmitRefused):
-            target.executor.submit(bad)
-
-        assert target.executor.find(bad.job_id, bad.attempt) is None
+        return spec, lambda: starts.read_text().count("started\n")
 
     # --- where and with what (LaunchSpec.workdir, environment, output, error, limits) -------
 

@@ -9,10 +9,10 @@ import pytest
 
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
-from tests.executors.contract import ContractTarget, ExecutorContract
+from tests.executors.contract import ContractTarget, ProcessContract
 
 
-class TestLocalExecutorContract(ExecutorContract):
+class TestLocalExecutorContract(ProcessContract):
     @pytest.fixture
     def target(self, tmp_path: Path) -> Iterator[ContractTarget]:
         gpus = [LocalGpu("ws1", i, "rtx4090") for i in range(4)]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from jpushare.executors.slurm import SlurmExecutor
-from tests.executors.contract import ContractTarget, ExecutorContract
+from tests.executors.contract import ContractTarget, ProcessContract
 from tests.executors.live_slurm import cluster_guard, session_prefix, shared_dir
 
 PREFIX = session_prefix()
@@ -22,7 +22,7 @@ def _cluster() -> Iterator[None]:
     yield from cluster_guard(PREFIX)
 
 
-class TestSlurmExecutorContract(ExecutorContract):
+class TestSlurmExecutorContract(ProcessContract):
     pytestmark = pytest.mark.slurm
 
     @pytest.fixture

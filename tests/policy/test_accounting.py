@@ -14,7 +14,6 @@ from jpushare.policy import (
     Reservation,
     Snapshot,
     StartReservation,
-    Tier,
     decide,
 )
 from jpushare.policy.accounting import (
@@ -23,9 +22,9 @@ from jpushare.policy.accounting import (
     reservation_accrual,
     run_cost,
 )
+from tests.constants import RTX4090
 from tests.policy.chain import advance, apply, job
 
-RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)
 P = ("node-p", "rtx4090")
 
 

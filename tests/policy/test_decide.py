@@ -18,11 +18,7 @@ from jpushare.policy import (
     decide,
 )
 from jpushare.policy.order import PlacementOrder
-
-RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
-RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)
-RTX5090 = Tier("rtx5090", tflops=104.8, sort_order=30)
-TIERS = (RTX3080TI, RTX4090, RTX5090)
+from tests.constants import RTX3080TI, TIERS
 
 R5 = ReleaseReason.R5
 

@@ -14,11 +14,9 @@ from jpushare.policy.fit import (
     fits,
 )
 from jpushare.policy.model import Placement, Tier
+from tests.constants import RTX3080TI, RTX4090, RTX5090
 
-RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
 A100 = Tier("a100", tflops=312.0, sort_order=15, auto_assign=False)  # admins place it by hand
-RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)
-RTX5090 = Tier("rtx5090", tflops=104.8, sort_order=30)
 
 
 @pytest.mark.parametrize(

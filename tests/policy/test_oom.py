@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from jpushare.policy.model import Placement, Tier
 from jpushare.policy.oom import Escalation, escalate
+from tests.constants import RTX3080TI, RTX4090, RTX5090
 
-RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
 A100 = Tier("a100", tflops=312.0, sort_order=15, auto_assign=False)
-RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)
-RTX5090 = Tier("rtx5090", tflops=104.8, sort_order=30)
 TIERS = (RTX3080TI, A100, RTX4090, RTX5090)
 
 PLACEMENTS = (

@@ -32,7 +32,7 @@ from jpushare.policy import (
 )
 from jpushare.policy.fit import fits
 from jpushare.policy.order import PlacementOrder
-from jpushare.sim import ClusterSpec, JobState, NodeEvent, TraceJob, simulate
+from jpushare.sim import ClusterSpec, NodeEvent, TraceJob, TraceJobState, simulate
 from tests.policy.invariants import check_cycle
 from tests.policy.reference import reference_decide
 
@@ -188,7 +188,12 @@ EVENT_SETTINGS = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-FINAL = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED}
+FINAL = {
+    TraceJobState.COMPLETED,
+    TraceJobState.FAILED,
+    TraceJobState.CANCELLED,
+    TraceJobState.REJECTED,
+}
 
 
 @st.composite

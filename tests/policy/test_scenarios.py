@@ -34,11 +34,9 @@ from jpushare.policy.accounting import job_bill, reservation_accrual, run_cost
 from jpushare.policy.fit import Alternative, FitReport
 from jpushare.policy.oom import Escalation
 from jpushare.policy.order import PlacementOrder
+from tests.constants import RTX3080TI, RTX4090, RTX5090
 from tests.policy.chain import advance, apply, charge, job
 
-RTX3080TI = Tier("rtx3080ti", tflops=34.1, sort_order=10)
-RTX4090 = Tier("rtx4090", tflops=82.6, sort_order=20)
-RTX5090 = Tier("rtx5090", tflops=104.8, sort_order=30)
 TIERS = (RTX3080TI, RTX4090)
 
 P = ("node-p", "rtx4090")

@@ -99,7 +99,7 @@ def test_a_database_restart_under_serve_gives_503s_pauses_dispatching_and_loses_
         engine = store.make_engine(server.url)
         with store.make_sessionmaker(engine)() as s:
             for j in jobs:
-                kinds = [e.kind for e in store.job_history(s, j)]
+                kinds: list[str] = [e.kind for e in store.job_history(s, j)]
                 assert kinds.count("dispatched") == 1 and kinds.count("completed") == 1, kinds
         log = service.log()
         assert "Traceback" not in log, log

@@ -12,12 +12,19 @@ from jpushare.policy.decide import RankedQueue, decide, queue_order
 from jpushare.policy.model import Decisions, QueuedJob, ReleaseReason, Snapshot
 from jpushare.policy.order import IndexedPlacements, PlacementOrder
 from jpushare.policy.peers import POLICIES
-from jpushare.sim.engine import Attempt, AttemptEnd, JobRecord, JobState, SimResult, simulate
+from jpushare.sim.engine import (
+    Attempt,
+    AttemptEnd,
+    SimResult,
+    TraceJobResult,
+    TraceJobState,
+    simulate,
+)
 from jpushare.sim.report import jobs_csv
 from tests.sim.builders import cluster, job, random_case
 
 
-def by_id(result: SimResult) -> dict[str, JobRecord]:
+def by_id(result: SimResult) -> dict[str, TraceJobResult]:
     return {j.job_id: j for j in result.jobs}
 
 
@@ -29,12 +36,12 @@ def test_a_job_no_placement_can_hold_is_rejected_and_the_rest_run() -> None:
             [job("big", 0, 10, 8), job("strong", 0, 10, 1, min_tier="strong"), job("ok", 0, 10, 4)],
         )
     )
-    assert r["big"].state is JobState.REJECTED
+    assert r["big"].state is TraceJobState.REJECTED
     assert r["big"].attempts == ()
     assert "largest fit is 4" in r["big"].reason
-    assert r["strong"].state is JobState.REJECTED
+    assert r["strong"].state is TraceJobState.REJECTED
     assert "num_gpus=1 at tier >= strong" in r["strong"].reason
-    assert r["ok"].state is JobState.COMPLETED
+    assert r["ok"].state is TraceJobState.COMPLETED
     assert r["ok"].wait_s == 0
 
 
@@ -47,7 +54,7 @@ def test_an_oom_job_is_charged_then_retries_on_a_stronger_tier_and_completes() -
 
     result = simulate(c, [job("a", 0, 100), job("b", 0, 50, oom_on=["weak"])], observer=observe)
     b = by_id(result)["b"]
-    assert b.state is JobState.COMPLETED
+    assert b.state is TraceJobState.COMPLETED
     assert b.attempts == (
         Attempt(0.0, 50.0, "nw", "weak", 1, AttemptEnd.OOM, 500.0),
         Attempt(100.0, 150.0, "ns", "strong", 1, AttemptEnd.COMPLETED, 2000.0),
@@ -62,7 +69,7 @@ def test_an_oom_on_the_strongest_tier_fails_the_job_after_charging_the_attempt()
     c = cluster(("ns", {"strong": 2}))
     result = simulate(c, [job("b", 0, 30, oom_on=["strong"])])
     b = by_id(result)["b"]
-    assert b.state is JobState.FAILED
+    assert b.state is TraceJobState.FAILED
     assert "no stronger auto-assign tier" in b.reason
     assert [a.outcome for a in b.attempts] == [AttemptEnd.OOM]
     assert b.billed == 30 * 40.0
@@ -72,14 +79,14 @@ def test_an_oom_on_the_strongest_tier_fails_the_job_after_charging_the_attempt()
 def test_an_oom_whose_next_tier_cannot_hold_the_job_fails() -> None:
     c = cluster(("nw", {"weak": 4}), ("nm", {"mid": 2}))
     b = by_id(simulate(c, [job("b", 0, 10, 4, oom_on=["weak"])]))["b"]
-    assert b.state is JobState.FAILED
+    assert b.state is TraceJobState.FAILED
     assert "no placement at tier >= mid can hold num_gpus=4" in b.reason
 
 
 def test_a_queued_job_cancelled_never_starts_and_costs_nothing() -> None:
     c = cluster(("n1", {"mid": 1}))
     r = by_id(simulate(c, [job("a", 0, 100), job("b", 0, 10, cancel=40)]))
-    assert r["b"].state is JobState.CANCELLED
+    assert r["b"].state is TraceJobState.CANCELLED
     assert r["b"].attempts == ()
     assert (r["b"].run_cost, r["b"].reservation_cost, r["b"].billed) == (0.0, 0.0, 0.0)
 
@@ -88,7 +95,7 @@ def test_a_job_cancelled_while_reserving_releases_and_pays_for_its_reservation()
     c = cluster(("n1", {"mid": 4}))
     result = simulate(c, [job("a", 0, 100, 2), job("b", 0, 10, 4, cancel=62)])
     b = by_id(result)["b"]
-    assert b.state is JobState.CANCELLED
+    assert b.state is TraceJobState.CANCELLED
     # b became the top job at the cycle after a dispatched (t=5) and reserved the 2 idle GPUs.
     assert [(r.job_id, r.gpus, r.since, r.ended_at, r.reason) for r in result.reservations] == [
         ("b", 2, 5.0, 62.0, ReleaseReason.CANCEL)
@@ -101,7 +108,7 @@ def test_a_job_cancelled_while_reserving_releases_and_pays_for_its_reservation()
 def test_a_running_job_cancelled_stops_then_and_frees_its_gpus_at_the_next_cycle() -> None:
     c = cluster(("n1", {"mid": 2}))
     r = by_id(simulate(c, [job("a", 0, 100, 2, cancel=33), job("b", 10, 10)]))
-    assert r["a"].state is JobState.CANCELLED
+    assert r["a"].state is TraceJobState.CANCELLED
     assert r["a"].attempts == (
         Attempt(0.0, 33.0, "n1", "mid", 2, AttemptEnd.CANCELLED, 2 * 33 * 20.0),
     )
@@ -111,7 +118,7 @@ def test_a_running_job_cancelled_stops_then_and_frees_its_gpus_at_the_next_cycle
 def test_a_job_cancelled_before_any_cycle_saw_it_is_never_queued() -> None:
     c = cluster(("n1", {"mid": 2}))
     r = by_id(simulate(c, [job("b", 7, 10, cancel=8)]))
-    assert r["b"].state is JobState.CANCELLED
+    assert r["b"].state is TraceJobState.CANCELLED
     assert r["b"].attempts == ()
 
 
@@ -127,7 +134,7 @@ def test_a_node_failure_sends_its_running_jobs_back_to_the_queue_without_escalat
         Attempt(0.0, 42.0, "n1", "strong", 2, AttemptEnd.NODE_DOWN, 2 * 42 * 40.0),
         Attempt(45.0, 245.0, "n2", "mid", 2, AttemptEnd.COMPLETED, 2 * 200 * 20.0),
     )
-    assert r["a"].state is JobState.COMPLETED
+    assert r["a"].state is TraceJobState.COMPLETED
     assert r["a"].wait_s == 0.0  # first start minus submission
     # b needs the strong tier: it waits for n1 to come back.
     assert r["b"].attempts[0].start == 300.0
@@ -196,7 +203,7 @@ def test_usage_is_conserved_every_gpu_second_reaches_its_lab_once(policy: str, s
     grown = sum(result.lab_usage.values()) - sum(result.initial_lab_usage.values())
     assert grown == pytest.approx(sum(j.billed for j in result.jobs), rel=1e-12)
     for j in result.jobs:
-        assert j.state is not JobState.QUEUED and j.state is not JobState.RUNNING
+        assert j.state is not TraceJobState.QUEUED and j.state is not TraceJobState.RUNNING
         assert j.billed == pytest.approx(j.run_cost + j.reservation_cost, rel=1e-12)
         ran = sum(a.num_gpus * (a.end - a.start) * tflops[a.tier] for a in j.attempts)
         assert j.run_cost == pytest.approx(ran, rel=1e-12)
@@ -276,8 +283,8 @@ def test_a_job_that_can_never_start_again_ends_the_replay_queued() -> None:
     c = cluster(("n1", {"strong": 2}), ("n2", {"mid": 2}), events=[NodeEvent(10, "n1", "down")])
     result = simulate(c, [job("a", 0, 100), job("b", 20, 10, min_tier="strong")])
     r = by_id(result)
-    assert r["a"].state is JobState.COMPLETED and r["a"].attempts[-1].node == "n2"
-    assert r["b"].state is JobState.QUEUED
+    assert r["a"].state is TraceJobState.COMPLETED and r["a"].attempts[-1].node == "n2"
+    assert r["b"].state is TraceJobState.QUEUED
     assert r["b"].attempts == ()
 
 

@@ -10,7 +10,7 @@ from jpushare.policy.decide import decide
 from jpushare.policy.model import Dispatch, Placement, QueuedJob, RunningJob, Snapshot, Tier
 from jpushare.policy.order import PlacementOrder
 from jpushare.policy.peers import POLICIES, backfill, fifo, hol_skip
-from jpushare.sim.engine import JobRecord, SimResult, simulate
+from jpushare.sim.engine import SimResult, TraceJobResult, simulate
 from tests.sim.builders import cluster, job
 
 T = Tier("g", 10.0, 10)
@@ -132,7 +132,7 @@ def test_hol_skip_places_single_gpu_jobs_exactly_where_decide_does(order: Placem
 
 
 def start_of(result: SimResult, job_id: str) -> float:
-    rec: JobRecord = next(j for j in result.jobs if j.job_id == job_id)
+    rec: TraceJobResult = next(j for j in result.jobs if j.job_id == job_id)
     assert rec.first_start is not None
     return rec.first_start
 

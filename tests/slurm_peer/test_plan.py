@@ -9,7 +9,7 @@ import pytest
 
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.formats.trace_file import TraceJob, load_trace
-from jpushare.sim.engine import AttemptEnd, JobState
+from jpushare.sim.engine import AttemptEnd, TraceJobState
 from jpushare.sim.report import jobs_csv, summary
 from jpushare.slurm_peer.plan import (
     gres_request,
@@ -96,7 +96,11 @@ def test_requests_scale_times_and_skip_what_is_never_submitted() -> None:
     assert reqs["big"] is None and reqs["gone"] is None
     result = to_result(jobs, CLUSTER, reqs, {}, 0.0, 60.0)
     states = {r.job_id: r.state for r in result.jobs}
-    assert states == {"a": JobState.QUEUED, "big": JobState.REJECTED, "gone": JobState.CANCELLED}
+    assert states == {
+        "a": TraceJobState.QUEUED,
+        "big": TraceJobState.REJECTED,
+        "gone": TraceJobState.CANCELLED,
+    }
     assert "8" in next(r.reason for r in result.jobs if r.job_id == "big")
 
 
@@ -104,7 +108,7 @@ def test_a_start_in_the_submission_second_is_no_wait_and_costs_use_the_tier() ->
     # t0 = 1000: submitted at trace 120 (wall 1002), Slurm says it started in second 1001
     req = plan_requests([job()], CLUSTER, 60.0)["j"]
     rec = job_record(job(), req, record(1001.0, 1011.0), TFLOPS, 1000.0, 60.0)
-    assert rec.state is JobState.COMPLETED
+    assert rec.state is TraceJobState.COMPLETED
     (a,) = rec.attempts
     assert (a.start, a.end, a.node, a.tier) == (120.0, 660.0, "node-c", "rtx5090")
     assert rec.wait_s == 0.0
@@ -117,19 +121,19 @@ def test_oom_tier_fails_without_escalation_and_other_ends() -> None:
     req = plan_requests([spec], CLUSTER, 60.0)["j"]
     on_3080 = record(1005.0, 1015.0, nodes="node-d", gpus={"rtx3080ti": 2})
     rec = job_record(spec, req, on_3080, TFLOPS, 1000.0, 60.0)
-    assert rec.state is JobState.FAILED and rec.attempts[0].outcome is AttemptEnd.OOM
+    assert rec.state is TraceJobState.FAILED and rec.attempts[0].outcome is AttemptEnd.OOM
     assert job_record(spec, req, record(1005.0, 1015.0), TFLOPS, 1000.0, 60.0).state is (
-        JobState.COMPLETED
+        TraceJobState.COMPLETED
     )
     mixed = record(1005.0, 1015.0, gpus={"rtx4090": 1, "rtx5090": 1})
     assert job_record(spec, req, mixed, TFLOPS, 1000.0, 60.0).attempts[0].tier == (
         "rtx4090+rtx5090"
     )
     timeout = record(1005.0, 1065.0, state="TIMEOUT")
-    assert job_record(spec, req, timeout, TFLOPS, 1000.0, 60.0).state is JobState.FAILED
+    assert job_record(spec, req, timeout, TFLOPS, 1000.0, 60.0).state is TraceJobState.FAILED
     pending_cancel = record(None, None, state="CANCELLED")
     cancelled = job_record(spec, req, pending_cancel, TFLOPS, 1000.0, 60.0)
-    assert cancelled.state is JobState.CANCELLED and cancelled.attempts == ()
+    assert cancelled.state is TraceJobState.CANCELLED and cancelled.attempts == ()
 
 
 def test_the_captured_run_becomes_the_simulators_jobs_csv() -> None:

@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.executors.base import GpuGroup, NodeState
-from jpushare.policy import Decisions, Tier, decide
+from jpushare.policy import Decisions, decide
+from tests.constants import GROUPS as GROUPS
+from tests.constants import PARTITIONED_TIERS
+from tests.constants import T0 as T0
 from tests.database import db_url, empty_db_url, engine, sessions  # noqa: F401
 
-T0 = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
-
-TIERS = (
-    Tier("rtx3080ti", 34.1, 10, partition="p3080"),
-    Tier("rtx4090", 82.6, 20, partition="p4090"),
-    Tier("rtx5090", 104.8, 30, partition="p5090"),
-)
-
 # node-a: 4x3080ti; node-b: 4x4090; node-c: 4x4090 + 4x5090 (two placements).
-GROUPS = (
-    GpuGroup("node-a", "rtx3080ti", 4, 0, NodeState.UP),
-    GpuGroup("node-b", "rtx4090", 4, 0, NodeState.UP),
-    GpuGroup("node-c", "rtx4090", 4, 0, NodeState.UP),
-    GpuGroup("node-c", "rtx5090", 4, 0, NodeState.UP),
-)
+TIERS = PARTITIONED_TIERS
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def test_two_dispatchers_recording_the_same_decisions_dispatch_each_job_once(
         for job_id in jobs:
             job = store.get_job(s, job_id)
             assert (job.state, job.attempts) == ("DISPATCHED", 1)
-            kinds = [e.kind for e in store.job_history(s, job_id)]
+            kinds: list[str] = [e.kind for e in store.job_history(s, job_id)]
             assert kinds.count("dispatched") == 1
 
 
@@ -74,7 +74,7 @@ def test_two_reports_of_the_same_end_charge_the_lab_once(world: World) -> None:
     assert sum(r is not None for r in results) == 1
     with world.sessions.begin() as s:
         assert store.get_lab(s, "beta").cumulative_usage == pytest.approx(4 * 10 * 104.8)
-        kinds = [e.kind for e in store.job_history(s, job)]
+        kinds: list[str] = [e.kind for e in store.job_history(s, job)]
     assert kinds.count("completed") == 1 and kinds.count("charged") == 1
 
 

@@ -31,6 +31,7 @@ from jpushare.sim.estimate import (
     estimate_starts,
 )
 from jpushare.store.run_history import completed_runs, waiting_and_running_owners
+from jpushare.vocabulary import JobId, job_id
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class StartEstimateCache:
         return age >= self.cycle_s or age < 0
 
 
-def job_estimate(estimates: StartEstimates | None, job_id: str) -> JobEstimate:
+def job_estimate(estimates: StartEstimates | None, job_id: JobId) -> JobEstimate:
     """One job's figures from a forecast (both None when there is none)."""
     if estimates is None:
         return JobEstimate(None, None)
@@ -136,7 +137,7 @@ def job_estimate(estimates: StartEstimates | None, job_id: str) -> JobEstimate:
 def load_inputs(session: Session) -> Inputs:
     """The owners of the queued and running jobs and the recent completed runs."""
     owners = {
-        str(jid): JobOwner(user, lab)
+        job_id(jid): JobOwner(user, lab)
         for jid, (user, lab) in waiting_and_running_owners(session).items()
     }
     runs = [PastRun(r.user, r.lab, r.num_gpus, r.run_s) for r in completed_runs(session)]

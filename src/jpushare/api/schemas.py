@@ -28,6 +28,7 @@ from jpushare.store.records import (
 )
 from jpushare.time_limits import TIME_LIMIT_FORMS, parse_time_limit, state_label
 from jpushare.unix_accounts import ACCOUNT_NAME
+from jpushare.vocabulary import AnswerCode, JobState, NodeState, ReleaseReason
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -101,7 +102,39 @@ def _time_limit(value: str) -> str:
     return value
 
 
-class JobCreate(_In):
+class JobBase(BaseModel):
+    """What a job is asked to be: the fields a client sends and gets back, defined once
+    (`JobCreate` adds what only a request has, `JobPublic` what only the service knows)."""
+
+    num_gpus: GpuCount
+    time_limit_s: float | None = Field(default=None, description="seconds")
+    workdir: Annotated[str, AfterValidator(job_run.check_workdir)] | None = Field(
+        default=None,
+        description="absolute directory it runs in (sbatch --chdir); none: the service's, "
+        "with the service's environment, as jobs before revision 0003",
+    )
+    output_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
+        default=None, description="stdout file, %j job id, %a attempt (default jpushare-%j.out)"
+    )
+    error_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
+        default=None, description="stderr file (default: with stdout)"
+    )
+    cpus_per_gpu: (
+        Annotated[int, Field(ge=job_run.MIN_CPUS_PER_GPU, le=job_run.MAX_CPUS_PER_GPU)] | None
+    ) = Field(default=None, description="asked for; default: its tier's")
+    mem_per_gpu_mb: (
+        Annotated[int, Field(ge=job_run.MIN_MEM_PER_GPU_MB, le=job_run.MAX_MEM_PER_GPU_MB)] | None
+    ) = Field(default=None, description="MiB; default: its tier's")
+    environment: Annotated[dict[str, str], AfterValidator(job_run.check_environment)] | None = (
+        Field(
+            default=None,
+            description="its environment exactly (sbatch --export); needs workdir. Shown only "
+            "in GET /v1/jobs/{id}",
+        )
+    )
+
+
+class JobCreate(JobBase, _In):
     """A job to queue (SPEC §2). `num_gpus` 1-8 for every role; `min_tier` by name."""
 
     name: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] = Field(
@@ -113,34 +146,14 @@ class JobCreate(_In):
         AfterValidator(_no_nul),
         AfterValidator(_fits_one_argument),
     ]
-    num_gpus: GpuCount
     min_tier: Name | None = Field(default=None, description="the weakest GPU tier it may use")
+    # Bounded where a person sends it; a job the store holds may have any positive limit.
     time_limit_s: TimeLimitS | None = None
     time_limit: Annotated[str, Field(max_length=40), AfterValidator(_time_limit)] | None = Field(
         default=None,
         description=f"the time limit as sbatch --time writes it, instead of time_limit_s: "
         f"{TIME_LIMIT_FORMS}",
     )
-    workdir: Annotated[str, AfterValidator(job_run.check_workdir)] | None = Field(
-        default=None,
-        description="absolute directory it runs in (sbatch --chdir); none: the service's, "
-        "with the service's environment, as jobs before revision 0003",
-    )
-    environment: Annotated[dict[str, str], AfterValidator(job_run.check_environment)] | None = (
-        Field(default=None, description="its environment exactly (sbatch --export); needs workdir")
-    )
-    output_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
-        default=None, description="stdout file, %j job id, %a attempt (default jpushare-%j.out)"
-    )
-    error_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
-        default=None, description="stderr file (default: with stdout)"
-    )
-    cpus_per_gpu: (
-        Annotated[int, Field(ge=job_run.MIN_CPUS_PER_GPU, le=job_run.MAX_CPUS_PER_GPU)] | None
-    ) = Field(default=None, description="default: its tier's")
-    mem_per_gpu_mb: (
-        Annotated[int, Field(ge=job_run.MIN_MEM_PER_GPU_MB, le=job_run.MAX_MEM_PER_GPU_MB)] | None
-    ) = Field(default=None, description="MiB; default: its tier's")
 
     @model_validator(mode="after")
     def _one_time_limit(self) -> JobCreate:
@@ -182,10 +195,12 @@ HIDDEN_DESCRIPTION = (
 )
 
 
-class JobPublic(BaseModel):
+class JobPublic(JobBase):
     """A job. Private fields (`command`, and the working directory, environment and output
     files) are null for users other than its owner, its lab's PIs and admins, and named in
     `hidden`; the rest is what `squeue` shows everyone."""
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
 
     id: int
     name: str
@@ -193,10 +208,9 @@ class JobPublic(BaseModel):
     hidden: list[str] = Field(default_factory=list, description=HIDDEN_DESCRIPTION)
     user: str
     lab: str
-    num_gpus: int
     min_tier: str | None = Field(description="the weakest tier it may run on now")
     minimum_tier_sort_order: int
-    state: str
+    state: JobState
     state_label: str = Field(
         default="",
         description='the state as people read it: "FAILED (time limit)" for a job its time '
@@ -212,7 +226,6 @@ class JobPublic(BaseModel):
     attempts: int
     exit_code: int | None
     reason: str | None
-    time_limit_s: float | None
     run_cost_tflop_s: float
     reservation_cost_tflop_s: float
     charged_tflop_s: float = Field(description="how much of its bill has reached its lab")
@@ -222,14 +235,6 @@ class JobPublic(BaseModel):
         "charge is corrected once the executor reports when the run really ended",
     )
     reservation: ReservationPublic | None
-    workdir: str | None = None
-    output_path: str | None = None
-    error_path: str | None = None
-    cpus_per_gpu: int | None = Field(default=None, description="asked for; null: the tier's")
-    mem_per_gpu_mb: int | None = None
-    environment: dict[str, str] | None = Field(
-        default=None, description="only in GET /v1/jobs/{id}"
-    )
 
 
 class JobsPublic(BaseModel):
@@ -334,7 +339,7 @@ class PlannedActionPublic(BaseModel):
     reserved_after: int | None = Field(
         default=None, description="absorb: the reservation's size afterwards"
     )
-    reason: str | None = Field(default=None, description="release: filled, swap, r3 or r5")
+    reason: ReleaseReason | None = Field(default=None, description="release: why")
 
 
 class StartEstimate(BaseModel):
@@ -366,8 +371,8 @@ class WhyPublic(StartEstimate):
     """
 
     job_id: int
-    state: str
-    code: str
+    state: JobState
+    code: AnswerCode
     sentence: str
     rank: int | None = None
     queue_length: int | None = None
@@ -402,7 +407,7 @@ class QueueEntryPublic(StartEstimate):
     queue_entered_at: datetime
     reservation: ReservationPublic | None = Field(description="as recorded now")
     next_cycle: list[PlannedActionPublic] = Field(description="a projection, as in why")
-    code: str
+    code: AnswerCode
     sentence: str
 
 
@@ -520,7 +525,7 @@ class GpuSchedulable(_In):
 
 class NodePublic(BaseModel):
     name: str
-    state: str
+    state: NodeState
     state_reason: str | None
     drained: bool
     drain_reason: str | None
@@ -680,6 +685,13 @@ class ErrorPublic(BaseModel):
 # --- records -> public ----------------------------------------------------------------------
 
 
+# JobPublic's fields that the record holds under the same name (the rest are renamed or
+# computed below): a field added to the record and to the schema family appears here by itself.
+_JOB_FIELDS_AS_RECORDED = tuple(
+    name for name in JobPublic.model_fields if name in JobRecord.__dataclass_fields__
+)
+
+
 def job_public(
     job: JobRecord, tier_by_order: dict[int, str], *, environment: bool = False
 ) -> JobPublic:
@@ -692,38 +704,20 @@ def job_public(
             of=job.num_gpus,
             since=job.reservation_since,
         )
+    recorded = {name: getattr(job, name) for name in _JOB_FIELDS_AS_RECORDED}
+    if not environment:
+        recorded["environment"] = None
     return JobPublic(
-        id=job.id,
-        name=job.name,
-        command=job.command,
+        **recorded,
         user=job.user_name,
         lab=job.lab_name,
-        num_gpus=job.num_gpus,
         min_tier=tier_by_order.get(job.minimum_tier_sort_order),
-        minimum_tier_sort_order=job.minimum_tier_sort_order,
-        state=job.state,
         state_label=state_label(job.state, job.reason),
-        submitted_at=job.submitted_at,
-        queue_entered_at=job.queue_entered_at,
-        dispatched_at=job.dispatched_at,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
         node=job.node_name,
         tier=job.tier_name,
-        attempts=job.attempts,
-        exit_code=job.exit_code,
-        reason=job.reason,
-        time_limit_s=job.time_limit_s,
         run_cost_tflop_s=job.run_cost,
         reservation_cost_tflop_s=job.reservation_gpu_seconds,
-        charged_tflop_s=job.charged_tflop_s,
         reservation=reservation,
-        workdir=job.workdir,
-        output_path=job.output_path,
-        error_path=job.error_path,
-        cpus_per_gpu=job.cpus_per_gpu,
-        mem_per_gpu_mb=job.mem_per_gpu_mb,
-        environment=job.environment if environment else None,
     )
 
 

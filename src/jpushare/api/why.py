@@ -9,8 +9,7 @@ next cycle would do if nothing changed before it runs (nothing is recorded: the 
 are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
 figures with the same `figures.placement_counts`. A job that is not queued gets its state
-and what its `job_events` history says (where it runs, how it ended, OOM retries,
-requeues after a node failure).
+and what its `job_events` history says (`api.why_history`).
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from jpushare.api.schemas import (
     ReservationPublic,
     WhyPublic,
 )
-from jpushare.api.why_text import STARTING, Facts, Projection, sentence, when
+from jpushare.api.why_history import history_notes
+from jpushare.api.why_text import STARTING, Facts, Projection, duration, sentence, when
 from jpushare.policy import (
     AbsorbReservation,
     Action,
@@ -55,8 +55,7 @@ from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.estimate import StartEstimates
 from jpushare.store import from_epoch
 from jpushare.store.records import JobEventRecord, JobRecord
-from jpushare.store.schema import EventKind, JobState
-from jpushare.time_limits import ended_by_time_limit, state_label
+from jpushare.vocabulary import AnswerCode, JobId, store_job_id
 
 PlacementKey = tuple[str, str]
 
@@ -76,9 +75,9 @@ class QueueView:
 
     snapshot: Snapshot
     decisions: Decisions
-    ranks: Mapping[str, int]  # policy job id -> 0-based rank
-    queued: Mapping[str, QueuedJob]
-    planned: Mapping[str, tuple[Action, ...]]  # per job, what the next cycle would do
+    ranks: Mapping[JobId, int]  # 0-based
+    queued: Mapping[JobId, QueuedJob]
+    planned: Mapping[JobId, tuple[Action, ...]]  # per job, what the next cycle would do
     held: Mapping[PlacementKey, tuple[QueuedJob, ...]]  # recorded reservations per placement
     r3_releases: Mapping[PlacementKey, tuple[ReleaseReservation, ...]]  # next cycle's R3
     tiers: Mapping[str, Tier]
@@ -94,7 +93,7 @@ class QueueView:
     ) -> QueueView:
         decisions = policy(snapshot, placement_order)
         held: dict[PlacementKey, list[QueuedJob]] = defaultdict(list)
-        for job in sorted(snapshot.queue, key=lambda q: int(q.job_id)):
+        for job in sorted(snapshot.queue, key=lambda q: store_job_id(q.job_id)):
             if job.reservation is not None:
                 held[(job.reservation.node, job.reservation.tier)].append(job)
         planned: dict[str, list[Action]] = defaultdict(list)
@@ -117,7 +116,7 @@ class QueueView:
 
     @property
     def top_job_id(self) -> int | None:
-        return int(self.decisions.order[0]) if self.decisions.order else None
+        return store_job_id(self.decisions.order[0]) if self.decisions.order else None
 
     def fit_table(self, num_gpus: int, min_sort_order: int) -> FitTable:
         """Cached per class: a page of the queue has many jobs and few classes."""
@@ -155,7 +154,7 @@ class QueueView:
             schedulable=p.schedulable,
             reservations=[
                 PlacementReservation(
-                    job_id=int(j.job_id),
+                    job_id=store_job_id(j.job_id),
                     gpus=_gpus_held(j),
                     of=j.num_gpus,
                     since=_since(j.reservation),
@@ -185,14 +184,14 @@ def _reservation(res: Reservation | None, num_gpus: int) -> ReservationPublic | 
 class QueuedAnswer:
     """One queued job's answer; `why` and `queue` both render this, so they agree."""
 
-    code: str
+    code: AnswerCode
     sentence: str
     facts: Facts
     table: FitTable
     planned: tuple[Action, ...]
 
 
-def answer(view: QueueView, job_id: str) -> QueuedAnswer:
+def answer(view: QueueView, job_id: JobId) -> QueuedAnswer:
     """The facts, the present code, the projection and the sentence for a queued job."""
     job = view.queued[job_id]
     rank = view.ranks[job_id]
@@ -231,7 +230,7 @@ def answer(view: QueueView, job_id: str) -> QueuedAnswer:
     return QueuedAnswer(code, sentence(code, facts, projection), facts, table, planned)
 
 
-def _code(policy: WhyCode | None, facts: Facts) -> str:
+def _code(policy: WhyCode | None, facts: Facts) -> AnswerCode:
     """The code for the job as it is now (SPEC §8's fixed set, plus STARTING).
 
     The policy's code describes the job as the next cycle would leave it; a reservation
@@ -241,18 +240,18 @@ def _code(policy: WhyCode | None, facts: Facts) -> str:
     if policy is None:
         return STARTING
     if policy in (WhyCode.NO_FIT_PLACEMENT, WhyCode.NO_SCHEDULABLE_PLACEMENT):
-        return policy.value
+        return policy
     if facts.reservation is not None:
-        return WhyCode.RESERVING.value
+        return WhyCode.RESERVING
     if policy is WhyCode.BEHIND_RESERVATION and facts.blocking is not None:
-        return WhyCode.BEHIND_RESERVATION.value
+        return WhyCode.BEHIND_RESERVATION
     if facts.rank > 0 and facts.num_gpus >= 2:
-        return WhyCode.WAITING_FOR_PRIORITY.value
-    return WhyCode.WAITING_FOR_GPUS.value
+        return WhyCode.WAITING_FOR_PRIORITY
+    return WhyCode.WAITING_FOR_GPUS
 
 
 def _freed_by(
-    view: QueueView, job_id: str, planned: Sequence[Action]
+    view: QueueView, job_id: JobId, planned: Sequence[Action]
 ) -> tuple[ReleaseReservation, ...]:
     """Other jobs' reservations the next cycle releases (R3) on a placement where this job
     would start, reserve or absorb: the GPUs it takes are reserved now."""
@@ -284,7 +283,7 @@ def _planned_public(actions: Sequence[Action]) -> list[PlannedActionPublic]:
         else:
             out.append(
                 PlannedActionPublic(
-                    action="release", node=a.node, tier=a.tier, gpus=a.gpus, reason=a.reason.value
+                    action="release", node=a.node, tier=a.tier, gpus=a.gpus, reason=a.reason
                 )
             )
     return out
@@ -298,7 +297,7 @@ _BASIS_WORDS = {
 }
 
 
-def estimate_sentence(est: JobEstimate, now: float, code: str) -> str:
+def estimate_sentence(est: JobEstimate, now: float, code: AnswerCode) -> str:
     """The start estimate as a projection, with what it assumes ("" without one, and for
     a job the next cycle starts: the sentence already says so)."""
     if est.start is None or code == STARTING:
@@ -306,7 +305,7 @@ def estimate_sentence(est: JobEstimate, now: float, code: str) -> str:
     start = max(est.start, now)
     ahead = "" if est.basis is None else f"; its own run is taken as {_BASIS_WORDS[est.basis]}"
     return (
-        f"Estimated to start around {when(from_epoch(start))} (in {_duration(start - now)}),"
+        f"Estimated to start around {when(from_epoch(start))} (in {duration(start - now)}),"
         " assuming running and queued jobs end at their time limits (or, lacking one, their"
         f" users' usual run times) and no job arrives ahead of it{ahead}."
     )
@@ -338,7 +337,7 @@ def queued_why(
     if f.blocking is not None:
         bid, bres = f.blocking
         blocking = BlockingPublic(
-            job_id=int(bid), reservation=_reservation(bres, view.queued[bid].num_gpus)
+            job_id=store_job_id(bid), reservation=_reservation(bres, view.queued[bid].num_gpus)
         )
     return WhyPublic(
         job_id=job.id,
@@ -384,7 +383,7 @@ def queue_entries(
     order = view.decisions.order
     for rank in range(offset, min(len(order), offset + limit)):
         jid = order[rank]
-        job = records.get(int(jid))
+        job = records.get(store_job_id(jid))
         q = view.queued[jid]
         if job is None:  # ended between the snapshot and this read: leave it out
             continue
@@ -412,125 +411,11 @@ def queue_entries(
     return out
 
 
-def _duration(seconds: float) -> str:
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-# --- jobs that are not queued: their history -------------------------------------------------
-
-
-def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
-    """What happened before that a person asking "why" should know, oldest first."""
-    notes: list[str] = []
-    for e in history:
-        d = e.detail or {}
-        if e.kind == EventKind.OOM_REQUEUED.value:
-            ran_on = d.get("ran_on") or d.get("tier") or "?"
-            nxt = d.get("next_tier")
-            retry = f", retried at >= {nxt}" if nxt else ", retried"
-            notes.append(f"OOM on {ran_on} (attempt {d.get('attempt', '?')}){retry}")
-        elif e.kind == EventKind.NODE_FAIL_REQUEUED.value:
-            notes.append(
-                f"node {d.get('node', '?')} failed under attempt {d.get('attempt', '?')} at "
-                f"{when(e.at)}; requeued"
-            )
-        elif e.kind == EventKind.RELEASED.value and d.get("reason") in ("r3", "r5"):
-            why = (
-                "it was no longer the top job (R3)"
-                if d.get("reason") == "r3"
-                else "its placement went down, was drained or shrank (R5)"
-            )
-            notes.append(
-                f"its reservation of {d.get('gpus', '?')} GPUs on {d.get('node', '?')} "
-                f"({d.get('tier', '?')}) was released at {when(e.at)}: {why}"
-            )
-    return notes[-5:]
-
-
-def _last(history: Sequence[JobEventRecord], kind: EventKind) -> JobEventRecord | None:
-    return next((e for e in reversed(history) if e.kind == kind.value), None)
-
-
-def history_why(
-    job: JobRecord,
-    history: Sequence[JobEventRecord],
-    tier_by_order: Mapping[int, str],
-    now: datetime,
-) -> WhyPublic:
-    """The answer for a job that is not queued: its state, and how it got there."""
-    where = f"{job.node_name} ({job.tier_name})" if job.node_name else "its placement"
-    state = job.state
-    if state == JobState.DISPATCHED.value:
-        sentence = (
-            f"DISPATCHED to {where} at {when(job.dispatched_at)} (attempt {job.attempts}); "
-            "waiting for the executor to start it."
-        )
-    elif state == JobState.RUNNING.value:
-        ran = (now - job.started_at).total_seconds() if job.started_at else 0.0
-        sentence = (
-            f"RUNNING on {where} since {when(job.started_at)} ({_duration(ran)}, "
-            f"attempt {job.attempts})."
-        )
-    elif state == JobState.COMPLETED.value:
-        sentence = f"COMPLETED on {where} at {when(job.ended_at)}{_ran_for(job)}."
-    elif state == JobState.FAILED.value and ended_by_time_limit(state, job.reason):
-        sentence = f"{state_label(state, job.reason)}: {job.reason}"
-        sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
-    elif state == JobState.FAILED.value:
-        if job.exit_code is not None:
-            sentence = f"FAILED: exit code {job.exit_code}"
-            if job.reason:
-                sentence += f" ({job.reason})"
-        else:
-            sentence = f"FAILED: {job.reason or 'no reason recorded'}"
-        sentence += f"; on {where} at {when(job.ended_at)}." if job.node_name else "."
-    elif state == JobState.CANCELLED.value:
-        sentence = f"CANCELLED at {when(job.ended_at)}"
-        if job.reason:
-            sentence += f" ({job.reason})"
-        sentence += "."
-    else:
-        sentence = f"{state}."
-    charged = _last(history, EventKind.CHARGED)
-    if JobState(state).ended and charged is not None:
-        sentence += f" Its lab was charged {job.charged_tflop_s:,.0f} TFLOP-s in all."
-    notes = history_notes(history)
-    if notes:
-        sentence += " Earlier: " + "; ".join(notes) + "."
-    return WhyPublic(
-        job_id=job.id,
-        state=state,
-        code=state,
-        sentence=sentence,
-        num_gpus=job.num_gpus,
-        min_tier=tier_by_order.get(job.minimum_tier_sort_order),
-        dispatch=(
-            DispatchPublic(node=job.node_name, tier=job.tier_name, num_gpus=job.num_gpus)
-            if job.node_name and job.tier_name
-            else None
-        ),
-        notes=notes,
-    )
-
-
-def _ran_for(job: JobRecord) -> str:
-    if job.started_at is None or job.ended_at is None:
-        return ""
-    return f" after {_duration((job.ended_at - job.started_at).total_seconds())}"
-
-
 __all__ = [
     "STARTING",
     "QueueView",
     "answer",
     "estimate_sentence",
-    "history_notes",
-    "history_why",
     "queue_entries",
     "queued_why",
 ]

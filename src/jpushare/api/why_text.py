@@ -19,11 +19,10 @@ from jpushare.policy import (
     ReleaseReservation,
     Reservation,
     StartReservation,
-    WhyCode,
 )
+from jpushare.policy.why import gpus, holding, no_fit_placement, top_job_reserving
 from jpushare.store import from_epoch
-
-STARTING = "STARTING"  # queued, and the next cycle would dispatch it (not a policy WhyCode)
+from jpushare.vocabulary import STARTING, AnswerCode, JobId, WhyCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +31,13 @@ class Facts:
 
     rank: int  # 0 = the top job
     queue_length: int
-    top_job_id: str
+    top_job_id: JobId
     num_gpus: int
     reservation: Reservation | None  # its own, as recorded
     fit_placements: int
     schedulable_fit_placements: int
     best_idle: int  # the most idle GPUs on one fit placement, as the table shows them
-    blocking: tuple[str, Reservation] | None  # the top job's recorded reservation in its way
+    blocking: tuple[JobId, Reservation] | None  # the top job's recorded reservation in its way
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +46,7 @@ class Projection:
 
     actions: tuple[Action, ...]  # the job's own, in the policy's order
     freed_by: tuple[ReleaseReservation, ...]  # other jobs' releases its own actions use
-    blocker: tuple[str, Reservation] | None  # the top job's reservation after that cycle,
+    blocker: tuple[JobId, Reservation] | None  # the top job's reservation after that cycle,
     # where it holds GPUs this job could use
     best_idle: int  # the most idle GPUs on one fit placement when the cycle reaches the job
 
@@ -59,21 +58,26 @@ def when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def gpus(n: int) -> str:
-    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+def duration(seconds: float) -> str:
+    """A span for a sentence: '45s', '12m05s', '3h07m'."""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def epoch_time(t: float) -> str:
+    """A time of the policy's clock (UNIX seconds in the service) for a sentence."""
+    return when(from_epoch(t))
 
 
 def _on(node: str, tier: str) -> str:
     return f"{node} ({tier})"
 
 
-_RELEASED_BECAUSE = {
-    ReleaseReason.R3: "as it is no longer the top job (R3)",
-    ReleaseReason.R5: "as its placement is down, drained, gone or too small for it now (R5)",
-}
-
-
-def sentence(code: str, facts: Facts, projection: Projection) -> str:
+def sentence(code: AnswerCode, facts: Facts, projection: Projection) -> str:
     """The answer for a person: the facts, then " At the next cycle …" where it acts."""
     return _facts(code, facts) + _projection(code, facts, projection)
 
@@ -86,10 +90,7 @@ def _who(f: Facts, name_the_top: bool = True) -> str:
 
 
 def _held(res: Reservation, n: int) -> str:
-    return (
-        f"holds a reservation of {res.gpus} of {n} GPUs on {_on(res.node, res.tier)} "
-        f"since {when(from_epoch(res.since))}"
-    )
+    return holding(res, n, epoch_time)
 
 
 def _needs(f: Facts) -> str:
@@ -98,15 +99,11 @@ def _needs(f: Facts) -> str:
     return f"it needs {gpus(f.num_gpus)} on one placement and {best} has {f.best_idle} idle"
 
 
-def _facts(code: str, f: Facts) -> str:
+def _facts(code: AnswerCode, f: Facts) -> str:
     n, res = f.num_gpus, f.reservation
     holds = f" and {_held(res, n)}" if res is not None else ""
     if code == WhyCode.NO_FIT_PLACEMENT:
-        return (
-            f"No placement in the inventory can hold {gpus(n)} at the job's minimum tier any "
-            "more (GPUs were removed since it was submitted); it waits until one can, or "
-            f"cancel it.{f' It {_held(res, n)}.' if res is not None else ''}"
-        )
+        return no_fit_placement(n) + (f" It {_held(res, n)}." if res is not None else "")
     if code == WhyCode.NO_SCHEDULABLE_PLACEMENT:
         where = (
             f"The only placement that can hold {gpus(n)} is on a node that is"
@@ -124,16 +121,13 @@ def _facts(code: str, f: Facts) -> str:
         assert res is not None
         if f.rank > 0:
             return f"{_who(f)}{holds}."
-        return (
-            f"{_who(f)}{holds}; it starts when {n - res.gpus} more free up there, or at once "
-            f"if another fit placement has {n} idle."
-        )
+        return top_job_reserving(res, n, epoch_time)
     if code == WhyCode.BEHIND_RESERVATION and f.blocking is not None:
         job, held = f.blocking
         return (
             f"{_who(f, False)}; the idle GPUs it could use are reserved by the top job {job} "
             f"({gpus(held.gpus)} on {held.node}, {held.tier}, since "
-            f"{when(from_epoch(held.since))}), which no lower-ranked job may take (R4)."
+            f"{epoch_time(held.since)}), which no lower-ranked job may take (R4)."
         )
     if code == WhyCode.WAITING_FOR_PRIORITY:
         return f"{_who(f)}; {_needs(f)}; only the top job may reserve GPUs (R2)."
@@ -141,7 +135,7 @@ def _facts(code: str, f: Facts) -> str:
     return f"{_who(f)}{none}; {_needs(f)}."
 
 
-def _projection(code: str, f: Facts, p: Projection) -> str:
+def _projection(code: AnswerCode, f: Facts, p: Projection) -> str:
     """ " At the next cycle …", or "" when the next cycle would leave the job as it is."""
     n = f.num_gpus
     start = next((a for a in p.actions if isinstance(a, Dispatch)), None)
@@ -150,7 +144,7 @@ def _projection(code: str, f: Facts, p: Projection) -> str:
     release = next((a for a in p.actions if isinstance(a, ReleaseReservation)), None)
     steps: list[str] = [
         f"job {r.job_id} will lose its reservation of {gpus(r.gpus)} on {_on(r.node, r.tier)}, "
-        f"{_RELEASED_BECAUSE.get(r.reason, r.reason.value)}"
+        f"as {r.reason.sentence}"
         for r in p.freed_by
     ]
     it = "this job" if steps else "it"
@@ -172,8 +166,7 @@ def _projection(code: str, f: Facts, p: Projection) -> str:
             steps.append(f"{it} will start on {where}")
     else:
         if release is not None:
-            because = _RELEASED_BECAUSE.get(release.reason, release.reason.value)
-            steps.append(f"its reservation will be released, {because}")
+            steps.append(f"its reservation will be released, as {release.reason.sentence}")
         if reserve is not None:
             steps.append(
                 f"{it} will reserve {gpus(reserve.gpus)} on {_on(reserve.node, reserve.tier)} "
@@ -191,7 +184,7 @@ def _projection(code: str, f: Facts, p: Projection) -> str:
     return f" At the next cycle {text}."
 
 
-def _still_waiting(code: str, f: Facts, p: Projection) -> list[str]:
+def _still_waiting(code: AnswerCode, f: Facts, p: Projection) -> list[str]:
     """Why the job will still wait after the next cycle, where the facts do not say it."""
     if code in (WhyCode.NO_FIT_PLACEMENT, WhyCode.NO_SCHEDULABLE_PLACEMENT, WhyCode.RESERVING):
         return []
@@ -212,4 +205,4 @@ def _still_waiting(code: str, f: Facts, p: Projection) -> list[str]:
     return []
 
 
-__all__ = ["STARTING", "Facts", "Projection", "gpus", "sentence", "when"]
+__all__ = ["STARTING", "Facts", "Projection", "duration", "epoch_time", "gpus", "sentence", "when"]

@@ -49,13 +49,14 @@ from jpushare.client.web import register_web
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.run_settings import ENV_NAME
 from jpushare.time_limits import TimeLimitError, parse_time_limit
+from jpushare.vocabulary import ACTIVE_STATES, JobState
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
-JOB_STATES = ("GLOBAL_QUEUE_WAIT", "DISPATCHED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
-_STATE_ALIASES = {"QUEUED": "GLOBAL_QUEUE_WAIT", "WAITING": "GLOBAL_QUEUE_WAIT"}
+JOB_STATES = tuple(JobState)
+_STATE_ALIASES = {"QUEUED": JobState.GLOBAL_QUEUE_WAIT, "WAITING": JobState.GLOBAL_QUEUE_WAIT}
 
 
 # --- formatting (shared helpers live in jpushare.client.formatting) --------------------------
@@ -256,7 +257,7 @@ def export_environment(spec: str, env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-_LIVE = ("DISPATCHED", "RUNNING")
+_LIVE = ACTIVE_STATES
 
 
 def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from jpushare.time_limits import ended_by_time_limit
+from jpushare.vocabulary import JobState
 
 # A person reads "QUEUED" where the API says GLOBAL_QUEUE_WAIT (the web's pages use this).
-STATE_LABELS: dict[str, str] = {"GLOBAL_QUEUE_WAIT": "QUEUED"}
+STATE_LABELS: dict[str, str] = {JobState.GLOBAL_QUEUE_WAIT: "QUEUED"}
 
 
 def state_label(state: str, reason: str | None = None) -> str:

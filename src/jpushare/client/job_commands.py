@@ -16,13 +16,15 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
+from jpushare import vocabulary
 from jpushare.client.formatting import ago, amount, duration, parse_time, state_label, table
+from jpushare.vocabulary import JobState
 
 if TYPE_CHECKING:
     from jpushare.client.api import JSON, Client
 
-QUEUED = "GLOBAL_QUEUE_WAIT"
-LIVE_STATES = ("DISPATCHED", "RUNNING")
+QUEUED = JobState.GLOBAL_QUEUE_WAIT
+LIVE_STATES = vocabulary.ACTIVE_STATES  # DISPATCHED, RUNNING
 ACTIVE_STATES = (QUEUED, *LIVE_STATES)
 
 # `jobs --format csv`: one row per job, these columns in this order (a lab's monthly
@@ -58,7 +60,7 @@ def elapsed_s(job: JSON, now: datetime) -> float | None:
     if started is None:
         return None
     ended = parse_time(job.get("ended_at"))
-    if ended is None and job.get("state") != "RUNNING":
+    if ended is None and job.get("state") != JobState.RUNNING:
         return None
     return max(0.0, ((ended or now) - started).total_seconds())
 
@@ -67,7 +69,7 @@ def time_left_s(job: JSON, now: datetime) -> float | None:
     """A running job's time limit less what it has run; None without a limit."""
     limit = job.get("time_limit_s")
     ran = elapsed_s(job, now)
-    if limit is None or ran is None or job.get("state") != "RUNNING":
+    if limit is None or ran is None or job.get("state") != JobState.RUNNING:
         return None
     return max(0.0, float(limit) - ran)
 
@@ -154,7 +156,7 @@ def show(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     if args.json:
         return answer
     state = state_label(job["state"], job.get("reason"))
-    if job.get("reason") and job["state"] in ("FAILED", "CANCELLED"):
+    if job.get("reason") and job["state"] in (JobState.FAILED, JobState.CANCELLED):
         state += f" ({job['reason']})"
     hidden = set(job.get("hidden") or ())
     lines = [
@@ -335,6 +337,6 @@ def wait(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
 def wait_line(job: JSON) -> str:
     state = state_label(job["state"], job.get("reason"))
     where = f" on {job['node']}/{job.get('tier') or '?'}" if job.get("node") else ""
-    tail = f" ({job['reason']})" if job.get("reason") and job["state"] != "COMPLETED" else ""
+    tail = f" ({job['reason']})" if job.get("reason") and job["state"] != JobState.COMPLETED else ""
     code = f", exit code {job['exit_code']}" if job.get("exit_code") is not None else ""
     return f"job {job['id']} ({job['name']}): {state}{where}{code}{tail}"

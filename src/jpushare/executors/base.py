@@ -11,16 +11,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from jpushare.vocabulary import JobId
+from jpushare.vocabulary import NodeState as NodeState  # the shared word, named here too
+
 # The job's own JPU-Share variables, set by every executor on top of the job's environment.
 JOB_VARIABLES = ("JPUSHARE_JOB_ID", "JPUSHARE_ATTEMPT", "JPUSHARE_JOB_NAME", "JPUSHARE_NODE")
-
-
-class NodeState(StrEnum):
-    """A node's state as the policy needs it (Slurm's words)."""
-
-    UP = "up"  # idle, mixed, allocated: schedulable
-    DOWN = "down"  # down, not responding, fail: not schedulable (R5)
-    DRAIN = "drain"  # drained or draining: not schedulable (R5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +63,7 @@ class LaunchSpec:
     service may switch accounts (root); CPUs and memory are per GPU, None: no limit.
     """
 
-    job_id: str  # JPU-Share's job id; the executor attaches it so a restart can find the job
+    job_id: JobId  # JPU-Share's job id; the executor attaches it so a restart can find the job
     attempt: int  # 1, 2, … (OOM retries); with job_id it names the run uniquely
     name: str
     command: str  # run with bash
@@ -91,7 +86,7 @@ class LaunchSpec:
 class RunInfo:
     """One run as the executor sees it now."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     executor_id: str  # Slurm job id, or the local run key `<job id>.<attempt>`
     state: RunState
@@ -126,7 +121,7 @@ class Executor(Protocol):
         """Every run this executor started that it still knows about, ended ones included."""
         ...
 
-    def find(self, job_id: str, attempt: int) -> RunInfo | None:
+    def find(self, job_id: JobId, attempt: int) -> RunInfo | None:
         """The run for (job_id, attempt), if the backend has it."""
         ...
 
@@ -134,7 +129,7 @@ class Executor(Protocol):
         """Stop the run (whole process group / scancel). Idempotent."""
         ...
 
-    def log(self, job_id: str, attempt: int) -> str:
+    def log(self, job_id: JobId, attempt: int) -> str:
         """The run's output so far ('' if none): for a job with a `workdir`, its output
         file as its owner can read it."""
         ...
@@ -147,7 +142,7 @@ class ResolvesLostRuns(Protocol):
     recorded as started whose run `runs()` does not show, instead of assuming the node
     failed (a requeue that could run a finished job twice)."""
 
-    def lost_run(self, job_id: str, attempt: int, executor_id: str) -> RunInfo:
+    def lost_run(self, job_id: JobId, attempt: int, executor_id: str) -> RunInfo:
         """The run's end as the backend's records tell it; FAILED with a reason saying its
         outcome is unknown when they do not. `ended_at` None: it ended before now."""
         ...

@@ -22,6 +22,7 @@ from pathlib import Path
 from jpushare.formats.errors import TraceFileError
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
 from jpushare.policy.model import Tier
+from jpushare.vocabulary import JobId
 
 REQUIRED_COLUMNS = ("job_id", "submit_time", "duration", "num_gpus", "lab")
 OPTIONAL_COLUMNS = ("min_tier", "cancel_time", "oom_on", "time_limit")
@@ -31,7 +32,7 @@ OPTIONAL_COLUMNS = ("min_tier", "cancel_time", "oom_on", "time_limit")
 class TraceJob:
     """One row of a trace. `line` is its line in the file (0 when built in code)."""
 
-    job_id: str
+    job_id: JobId
     submit_time: float
     duration: float
     num_gpus: int
@@ -147,7 +148,7 @@ def _parse_row(source: str, line: int, f: dict[str, str]) -> TraceJob:
     return TraceJob(job_id, submit, duration, num_gpus, lab, min_tier, cancel, oom_on, limit, line)
 
 
-def _seconds(source: str, line: int, raw: str, what: str, job_id: str) -> float:
+def _seconds(source: str, line: int, raw: str, what: str, job_id: JobId) -> float:
     try:
         value = float(raw)
     except ValueError:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+
+from jpushare.vocabulary import JobId
+from jpushare.vocabulary import ReleaseReason as ReleaseReason  # the shared words, named here
+from jpushare.vocabulary import WhyCode as WhyCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ class Reservation:
 class QueuedJob:
     """A job in GLOBAL_QUEUE_WAIT."""
 
-    job_id: str
+    job_id: JobId
     lab: str
     num_gpus: int
     min_sort_order: int  # minimum_tier_sort_order: fit needs tier.sort_order >= this
@@ -81,7 +84,7 @@ class QueuedJob:
 class RunningJob:
     """A job that holds GPUs now. Only the `backfill` peer policy reads these."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     num_gpus: int
@@ -101,21 +104,11 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
 
 
-class ReleaseReason(StrEnum):
-    """Why a reservation ended (SPEC §3)."""
-
-    FILLED = "filled"  # the reservation reached num_gpus by absorbing (b) and dispatched
-    SWAP = "swap"  # the job dispatched under (a), elsewhere or beside it (STEP 8)
-    R3 = "r3"  # the job is no longer the top job
-    R5 = "r5"  # the placement is down, drained, gone, shrunk below the job, or taken
-    CANCEL = "cancel"  # the user cancelled the job (the shell emits this, not `decide`)
-
-
 @dataclass(frozen=True, slots=True)
 class Dispatch:
     """Start `job_id` on `num_gpus` GPUs of placement (node, tier)."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     num_gpus: int
@@ -123,7 +116,7 @@ class Dispatch:
 
 @dataclass(frozen=True, slots=True)
 class StartReservation:
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int
@@ -133,7 +126,7 @@ class StartReservation:
 class AbsorbReservation:
     """The reservation grows by `added` idle GPUs of its own placement, to `total`."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     added: int
@@ -142,7 +135,7 @@ class AbsorbReservation:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseReservation:
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int
@@ -153,7 +146,7 @@ class ReleaseReservation:
 class AccrueReservation:
     """Reservation cost since `last_accrued_at`, into the job (not the lab): SPEC §4."""
 
-    job_id: str
+    job_id: JobId
     tflop_s: float
     accrued_to: float
 
@@ -161,32 +154,21 @@ class AccrueReservation:
 Action = Dispatch | StartReservation | AbsorbReservation | ReleaseReservation
 
 
-class WhyCode(StrEnum):
-    """Every answer to "why isn't my job running?" (SPEC §8)."""
-
-    RESERVING = "RESERVING"  # top job, holds r of n GPUs, waits for the rest
-    WAITING_FOR_GPUS = "WAITING_FOR_GPUS"  # no fit placement has enough idle GPUs
-    BEHIND_RESERVATION = "BEHIND_RESERVATION"  # it would fit, but the GPUs are reserved
-    WAITING_FOR_PRIORITY = "WAITING_FOR_PRIORITY"  # multi-GPU, not top: may not reserve (R2)
-    NO_SCHEDULABLE_PLACEMENT = "NO_SCHEDULABLE_PLACEMENT"  # every fit placement down/drained
-    NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # nothing in the inventory can hold it any more
-
-
 @dataclass(frozen=True, slots=True)
 class Why:
     """One queued job's answer, as data; `sentence` renders it for a person."""
 
-    job_id: str
+    job_id: JobId
     code: WhyCode
     rank: int  # 0 = top job
     queue_length: int
-    top_job_id: str
+    top_job_id: JobId
     num_gpus: int
     fit_placements: int  # how many placements fit the job (static)
     schedulable_fit_placements: int
     best_idle: int  # the most idle GPUs on one fit placement when the cycle reached the job
     reservation: Reservation | None = None  # the job's own
-    blocking_job_id: str | None = None  # whose reservation holds GPUs it could use
+    blocking_job_id: JobId | None = None  # whose reservation holds GPUs it could use
     blocking_reservation: Reservation | None = None
 
     @property
@@ -201,10 +183,10 @@ class Decisions:
     """One cycle's output. `actions` is in the order the cycle took them."""
 
     now: float
-    order: tuple[str, ...]  # the queue in rank order, job ids
+    order: tuple[JobId, ...]  # the queue in rank order, job ids
     actions: tuple[Action, ...]
     accruals: tuple[AccrueReservation, ...] = ()
-    why: Mapping[str, Why] = field(default_factory=dict)  # every job still queued after the cycle
+    why: Mapping[JobId, Why] = field(default_factory=dict)  # every job still queued after the cycle
 
     def dispatches(self) -> list[Dispatch]:
         return [a for a in self.actions if isinstance(a, Dispatch)]

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jpushare.policy.model import ReleaseReason
+from jpushare.vocabulary import JobId, ReleaseReason
 
 # SPEC §10: the releases that mean the reservation did not lead to its job's start.
 FAILED_REASONS = (ReleaseReason.R3, ReleaseReason.R5, ReleaseReason.CANCEL)
@@ -36,7 +36,7 @@ FAILED_REASONS = (ReleaseReason.R3, ReleaseReason.R5, ReleaseReason.CANCEL)
 class ReservationSpan:
     """One reservation from its start to its release (`ended_at`/`reason` None: held)."""
 
-    job_id: str
+    job_id: JobId
     lab: str
     tier: str
     gpus: int  # its size when it ended (or now, while held)
@@ -53,7 +53,7 @@ class ReservationSpan:
 class EndedJob:
     """A job that reached COMPLETED, FAILED or CANCELLED, with what it cost (TFLOP-s)."""
 
-    job_id: str
+    job_id: JobId
     lab: str
     num_gpus: int
     wait_s: float | None  # submission to first start; None if it never started

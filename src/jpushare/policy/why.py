@@ -13,10 +13,11 @@ as "at the next cycle", see `jpushare.api.why`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
-from jpushare.policy.model import Reservation, Why, WhyCode
+from jpushare.policy.model import Reservation, Why
+from jpushare.vocabulary import JobId, WhyCode
 
 
 class ClassView(NamedTuple):
@@ -54,13 +55,13 @@ class WhyTable(Mapping[str, Why]):
         self,
         raw: dict[str, tuple[int, int, ClassView, Reservation | None]],
         queue_length: int,
-        top_job_id: str,
+        top_job_id: JobId,
     ) -> None:
         self._raw = raw
         self._queue_length = queue_length
         self._top_job_id = top_job_id
 
-    def __getitem__(self, job_id: str) -> Why:
+    def __getitem__(self, job_id: JobId) -> Why:
         rank, num_gpus, view, reservation = self._raw[job_id]
         code = classify(rank, num_gpus, view, reservation)
         blocker = view.blocker if code is WhyCode.BEHIND_RESERVATION else None
@@ -89,49 +90,76 @@ class WhyTable(Mapping[str, Why]):
         return job_id in self._raw
 
 
-def _gpus(n: int) -> str:
+TimeFormat = Callable[[float], str]
+"""How a sentence writes a time of the policy's clock (seconds)."""
+
+
+def clock_time(t: float) -> str:
+    """The policy's own clock, as the simulator runs it: 't=300'."""
+    return f"t={t:.0f}"
+
+
+def gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
-def render(why: Why) -> str:
-    """One sentence with the numbers behind it; the code says which case it is."""
+def holding(res: Reservation, num_gpus: int, at: TimeFormat = clock_time) -> str:
+    """'holds a reservation of r of n GPUs on node (tier) since <time>'."""
+    return (
+        f"holds a reservation of {res.gpus} of {num_gpus} GPUs on {res.node} ({res.tier}) "
+        f"since {at(res.since)}"
+    )
+
+
+def no_fit_placement(num_gpus: int) -> str:
+    """The NO_FIT_PLACEMENT sentence (it has no numbers but the job's size)."""
+    return (
+        f"No placement in the inventory can hold {gpus(num_gpus)} at the job's minimum tier "
+        "any more (GPUs were removed since it was submitted); it waits until one can, or "
+        "cancel it."
+    )
+
+
+def top_job_reserving(res: Reservation, num_gpus: int, at: TimeFormat = clock_time) -> str:
+    """The RESERVING sentence of the top job."""
+    n = num_gpus
+    return (
+        f"It is the top job and {holding(res, n, at)}; it starts when {n - res.gpus} more "
+        f"free up there, or at once if another fit placement has {n} idle."
+    )
+
+
+def render(why: Why, at: TimeFormat = clock_time) -> str:
+    """One sentence with the numbers behind it; the code says which case it is. `at`
+    writes the times (the service passes its calendar time)."""
     rank = f"ranked {why.rank + 1} of {why.queue_length}"
     n = why.num_gpus
     if why.code is WhyCode.NO_FIT_PLACEMENT:
-        return (
-            f"No placement in the inventory can hold {_gpus(n)} at the job's minimum tier any "
-            "more (GPUs were removed since it was submitted); it waits until one can, or cancel it."
-        )
+        return no_fit_placement(n)
     if why.code is WhyCode.NO_SCHEDULABLE_PLACEMENT:
         return (
-            f"All {why.fit_placements} placements that can hold {_gpus(n)} are on nodes that are "
+            f"All {why.fit_placements} placements that can hold {gpus(n)} are on nodes that are "
             f"down or drained; it is {rank} and waits for a node to return."
         )
     if why.code is WhyCode.RESERVING:
-        res = why.reservation
-        assert res is not None
-        return (
-            f"It is the top job and holds a reservation of {res.gpus} of {n} GPUs on "
-            f"{res.node} ({res.tier}) since t={res.since:.0f}; it starts when "
-            f"{n - res.gpus} more free up there, or at once if another fit placement has "
-            f"{n} idle."
-        )
+        assert why.reservation is not None
+        return top_job_reserving(why.reservation, n, at)
     if why.code is WhyCode.BEHIND_RESERVATION:
         res = why.blocking_reservation
         assert res is not None
         return (
             f"It is {rank}; the idle GPUs it could use are reserved by the top job "
-            f"{why.blocking_job_id} ({_gpus(res.gpus)} on {res.node}, {res.tier}), which no "
+            f"{why.blocking_job_id} ({gpus(res.gpus)} on {res.node}, {res.tier}), which no "
             "lower-ranked job may take (R4)."
         )
     if why.code is WhyCode.WAITING_FOR_PRIORITY:
         return (
-            f"It is {rank} behind top job {why.top_job_id}; it needs {_gpus(n)} on one "
+            f"It is {rank} behind top job {why.top_job_id}; it needs {gpus(n)} on one "
             f"placement and the best of its {why.schedulable_fit_placements} fit placements "
             f"has {why.best_idle} idle; only the top job may reserve GPUs (R2)."
         )
     top = "It is the top job" if why.rank == 0 else f"It is {rank}"
     return (
-        f"{top}; it needs {_gpus(n)} on one placement and the best of its "
+        f"{top}; it needs {gpus(n)} on one placement and the best of its "
         f"{why.schedulable_fit_placements} fit placements has {why.best_idle} idle."
     )

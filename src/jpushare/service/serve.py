@@ -47,6 +47,7 @@ from jpushare.service.account_rule import check_service_account
 from jpushare.service.dispatch_health import HealthRecorder, counting
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
 from jpushare.store.observations import load_observed_busy
+from jpushare.vocabulary import store_job_id
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +115,10 @@ def check_foreign_runs(executor: Executor, sessions: sessionmaker[Session]) -> N
     if not names:
         return
     with sessions() as session:
-        jobs = store.get_jobs(session, [int(job_id) for job_id, _ in names])
-    attempts = {str(job_id): job.attempts for job_id, job in jobs.items()}
+        jobs = store.get_jobs(session, [store_job_id(name) for name, _ in names])
+    attempts = {job.policy_id: job.attempts for job in jobs.values()}
     foreign = sorted(
-        (int(job_id), attempt)
+        (store_job_id(job_id), attempt)
         for job_id, attempt in names
         if job_id not in attempts or attempt > attempts[job_id]
     )

@@ -8,19 +8,19 @@ replay (it calls `jpushare.policy.decide` itself for the `reservation` policy), 
 from jpushare.formats.cluster_file import ClusterSpec, NodeEvent, load_cluster, parse_cluster
 from jpushare.formats.errors import ClusterFileError, FormatError, TraceFileError
 from jpushare.formats.trace_file import TraceJob, check_tiers, load_trace, parse_trace
-from jpushare.sim.engine import Attempt, JobRecord, JobState, SimResult, simulate
+from jpushare.sim.engine import Attempt, SimResult, TraceJobResult, TraceJobState, simulate
 
 __all__ = [
     "Attempt",
     "ClusterFileError",
     "ClusterSpec",
     "FormatError",
-    "JobRecord",
-    "JobState",
     "NodeEvent",
     "SimResult",
     "TraceFileError",
     "TraceJob",
+    "TraceJobResult",
+    "TraceJobState",
     "check_tiers",
     "load_cluster",
     "load_trace",

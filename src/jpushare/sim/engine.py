@@ -24,7 +24,7 @@ observer=None, every_cycle=False, progress=None) -> SimResult``
   checking that skipping changes nothing).
 - `progress(finished_jobs, total_jobs)`: called when jobs have finished in a cycle.
 
-`SimResult.jobs` holds one `JobRecord` per trace job, in trace order, with every attempt,
+`SimResult.jobs` holds one `TraceJobResult` per trace job, in trace order, with every attempt,
 its run and reservation costs and what was billed to its lab; its state is COMPLETED,
 FAILED, CANCELLED or REJECTED, or QUEUED if nothing could ever start it again (e.g. its
 only fit node stayed down). `SimResult.reservations` lists every reservation with its
@@ -95,13 +95,14 @@ from jpushare.policy.order import (
     parse_placement_order,
 )
 from jpushare.policy.peers import POLICIES, IndexedRunning, NamedPolicy, Policy, RunningEnds
+from jpushare.vocabulary import JobId
 
 Key = tuple[str, str]  # (node, tier)
 Observer = Callable[[Snapshot, Decisions], None]
 Progress = Callable[[int, int], None]
 
 
-class JobState(StrEnum):
+class TraceJobState(StrEnum):
     """A trace job's state. The last four are final; QUEUED at the end means it never could
     start again (e.g. its only fit node stayed down)."""
 
@@ -135,13 +136,13 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
-class JobRecord:
+class TraceJobResult:
     """One trace job after the replay."""
 
-    job_id: str
+    job_id: JobId
     lab: str
     num_gpus: int
-    state: JobState
+    state: TraceJobState
     submit_time: float
     attempts: tuple[Attempt, ...]
     run_cost: float  # TFLOP-seconds, every attempt
@@ -167,7 +168,7 @@ class JobRecord:
 class ReservationRecord:
     """One reservation from start to release (`ended_at`/`reason` None: still held)."""
 
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int  # size when it ended
@@ -194,7 +195,7 @@ class GpuSample:
 class SimResult:
     policy: str
     cycle_s: float
-    jobs: tuple[JobRecord, ...]  # trace order
+    jobs: tuple[TraceJobResult, ...]  # trace order
     reservations: tuple[ReservationRecord, ...]  # in start order
     initial_lab_usage: dict[str, float]
     lab_usage: dict[str, float]  # final
@@ -348,7 +349,7 @@ _END, _CANCEL, _NODE = 0, 1, 2
 
 @dataclass(slots=True)
 class _ReservationLog:
-    job_id: str
+    job_id: JobId
     node: str
     tier: str
     gpus: int
@@ -380,7 +381,7 @@ class _Job:
 
     def __init__(self, spec: TraceJob, min_sort_order: int) -> None:
         self.spec = spec
-        self.state = JobState.PENDING
+        self.state = TraceJobState.PENDING
         self.min_sort_order = min_sort_order
         self.reservation: Reservation | None = None
         self.res_span_start = 0.0  # reserved GPUs are costed up to here
@@ -548,7 +549,7 @@ class _Engine:
     def seed_queued(self, q: QueuedJob, now: float) -> None:
         """`q` waits in the queue (entered at its own time), with its reservation if any."""
         job = self.jobs[q.job_id]
-        job.state = JobState.QUEUED
+        job.state = TraceJobState.QUEUED
         job.min_sort_order = q.min_sort_order
         r = q.reservation
         if r is not None:
@@ -567,7 +568,7 @@ class _Engine:
     def seed_running(self, r: RunningJob, now: float) -> None:
         """`r` runs (its GPUs already counted busy) and ends after its `duration`."""
         job = self.jobs[r.job_id]
-        job.state = JobState.RUNNING
+        job.state = TraceJobState.RUNNING
         job.epoch = 1
         job.run_start = r.started_at - now
         job.run_key = (r.node, r.tier)
@@ -664,7 +665,7 @@ class _Engine:
         self.queue[q.job_id] = q
         self.lab_queues.put(q)
 
-    def _dequeue(self, job_id: str) -> None:
+    def _dequeue(self, job_id: JobId) -> None:
         self.lab_queues.remove(self.queue.pop(job_id))
 
     def _running(self) -> tuple[RunningJob, ...]:
@@ -713,25 +714,25 @@ class _Engine:
                 report = check_fit(cls[0], cls[1], self.tiers, self.inventory)
                 self.fit_reports[cls] = report
             if not report.ok:
-                job.state = JobState.REJECTED
+                job.state = TraceJobState.REJECTED
                 job.reason = report.message
                 self.finished += 1
             elif job.cancel_requested:  # cancelled before any cycle saw it queued
-                job.state = JobState.CANCELLED
+                job.state = TraceJobState.CANCELLED
                 self.finished += 1
             else:
-                job.state = JobState.QUEUED
+                job.state = TraceJobState.QUEUED
                 self._enqueue(job.queued())
                 changed = True
         return changed
 
     def _end(self, job: _Job, t: float, epoch: int) -> bool:
-        if job.state is not JobState.RUNNING or job.epoch != epoch:
+        if job.state is not TraceJobState.RUNNING or job.epoch != epoch:
             return False  # stale: the attempt was cut short by a cancel or a node failure
         tier = job.run_key[1]
         if tier not in job.spec.oom_on:
             self._end_attempt(job, t, AttemptEnd.COMPLETED)
-            self._finish(job, JobState.COMPLETED)
+            self._finish(job, TraceJobState.COMPLETED)
             return True
         # SPEC §5 / S10: charged for the attempt, then retry on the next stronger tier.
         self._end_attempt(job, t, AttemptEnd.OOM)
@@ -741,23 +742,23 @@ class _Engine:
             self._requeue(job)
         else:
             job.reason = esc.reason
-            self._finish(job, JobState.FAILED)
+            self._finish(job, TraceJobState.FAILED)
         return True
 
     def _cancel(self, job: _Job, t: float) -> bool:
-        if job.state is JobState.PENDING:
+        if job.state is TraceJobState.PENDING:
             job.cancel_requested = True
             return False
-        if job.state is JobState.QUEUED:
+        if job.state is TraceJobState.QUEUED:
             if job.reservation is not None:
                 self._release(job, t, ReleaseReason.CANCEL)  # S11
             self._dequeue(job.spec.job_id)
             self._bill(job, t)
-            self._finish(job, JobState.CANCELLED)
+            self._finish(job, TraceJobState.CANCELLED)
             return True
-        if job.state is JobState.RUNNING:
+        if job.state is TraceJobState.RUNNING:
             self._end_attempt(job, t, AttemptEnd.CANCELLED)
-            self._finish(job, JobState.CANCELLED)
+            self._finish(job, TraceJobState.CANCELLED)
             return True
         return False
 
@@ -797,7 +798,7 @@ class _Engine:
             and (j.reservation.node, j.reservation.tier) == key
         )
         if (
-            job.state is not JobState.QUEUED
+            job.state is not TraceJobState.QUEUED
             or p is None
             or tier is None
             or not p.schedulable
@@ -814,7 +815,7 @@ class _Engine:
             self.first_starts[a.job_id] = t
         self.running_gpus += a.num_gpus
         self._dequeue(a.job_id)
-        job.state = JobState.RUNNING
+        job.state = TraceJobState.RUNNING
         job.epoch += 1
         job.run_start = t
         job.run_key = key
@@ -826,7 +827,7 @@ class _Engine:
 
     def _start_reservation(self, a: StartReservation, t: float) -> None:
         job = self.jobs[a.job_id]
-        if job.state is not JobState.QUEUED or job.reservation is not None:
+        if job.state is not TraceJobState.QUEUED or job.reservation is not None:
             raise RuntimeError(f"the policy started an impossible reservation at t={t}: {a}")
         job.reservation = Reservation(a.node, a.tier, a.gpus, t, t)
         job.res_span_start = t
@@ -845,7 +846,7 @@ class _Engine:
         job.reservation = replace(res, gpus=a.total, last_accrued_at=t)
         self.reserved_gpus += a.added
         self.reservation_log[self.open_reservation[a.job_id]].gpus = a.total
-        if job.state is JobState.QUEUED:
+        if job.state is TraceJobState.QUEUED:
             self._enqueue(job.queued())
 
     def _release(self, job: _Job, t: float, reason: ReleaseReason) -> None:
@@ -858,7 +859,7 @@ class _Engine:
         self.reserved_gpus -= res.gpus
         entry = self.reservation_log[self.open_reservation.pop(job.spec.job_id)]
         entry.ended_at, entry.reason = t, reason
-        if job.state is JobState.QUEUED:
+        if job.state is TraceJobState.QUEUED:
             self._enqueue(job.queued())
 
     def _close_span(self, job: _Job, t: float) -> None:
@@ -888,15 +889,15 @@ class _Engine:
         job.unbilled += cost
         self.running_gpu_s += n * max(0.0, t - job.run_start)
         job.attempts.append(Attempt(job.run_start, t, node, tier_name, n, outcome, cost))
-        job.state = JobState.QUEUED  # until _requeue or _finish says otherwise
+        job.state = TraceJobState.QUEUED  # until _requeue or _finish says otherwise
         self._bill(job, t)
         self._mark(t)
 
     def _requeue(self, job: _Job) -> None:
-        job.state = JobState.QUEUED
+        job.state = TraceJobState.QUEUED
         self._enqueue(job.queued())
 
-    def _finish(self, job: _Job, state: JobState) -> None:
+    def _finish(self, job: _Job, state: TraceJobState) -> None:
         job.state = state
         self.finished += 1
 
@@ -924,7 +925,7 @@ class _Engine:
 
     def result(self, policy: str, placement: str, wall_s: float) -> SimResult:
         records = tuple(
-            JobRecord(
+            TraceJobResult(
                 job_id=j.spec.job_id,
                 lab=j.spec.lab,
                 num_gpus=j.spec.num_gpus,

@@ -28,7 +28,7 @@ from matplotlib.ticker import (
 )
 
 from jpushare.policy.watch import watch_over_time
-from jpushare.sim.engine import JobState, SimResult
+from jpushare.sim.engine import SimResult, TraceJobState
 from jpushare.sim.report import reservation_spans
 
 _HOUR = 3600.0
@@ -190,7 +190,7 @@ def plot_lab_usage(result: SimResult, path: Path) -> None:
 def _class_waits(result: SimResult, n: int) -> tuple[list[float], int]:
     """Waits (clipped at WAIT_FLOOR_S, sorted) of the accepted n-GPU jobs that started,
     and how many accepted n-GPU jobs there were in all."""
-    accepted = [j for j in result.jobs if j.num_gpus == n and j.state is not JobState.REJECTED]
+    accepted = [j for j in result.jobs if j.num_gpus == n and j.state is not TraceJobState.REJECTED]
     waits = sorted(max(WAIT_FLOOR_S, j.wait_s) for j in accepted if j.wait_s is not None)
     return waits, len(accepted)
 
@@ -200,7 +200,7 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
     every result overlaid on one log time axis (shared by the panels). The legend sits
     above the panels, so it covers no curve; each panel's title gives its job count."""
     gpu_counts = sorted(
-        {j.num_gpus for r in results for j in r.jobs if j.state is not JobState.REJECTED}
+        {j.num_gpus for r in results for j in r.jobs if j.state is not TraceJobState.REJECTED}
     )
     all_waits = [
         max(WAIT_FLOOR_S, j.wait_s) for r in results for j in r.jobs if j.wait_s is not None
@@ -255,7 +255,7 @@ def plot_wait_by_gpus(results: Sequence[SimResult], path: Path) -> None:
         row[0].set_ylabel("fraction of jobs started")
     for ax in flat[: len(gpu_counts)][-cols:]:
         ax.set_xlabel(f"wait (log scale; under {WAIT_FLOOR_S:g} s drawn at {WAIT_FLOOR_S:g} s)")
-    accepted = [sum(1 for j in r.jobs if j.state is not JobState.REJECTED) for r in results]
+    accepted = [sum(1 for j in r.jobs if j.state is not TraceJobState.REJECTED) for r in results]
     handles = [
         Line2D([], [], **_style(i, len(results)))  # type: ignore[arg-type]
         for i in range(len(results))

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jpushare.policy.model import ReleaseReason
 from jpushare.policy.watch import (
     FAILED_REASONS,
     EndedJob,
@@ -23,7 +22,8 @@ from jpushare.policy.watch import (
     percentile,
     watch_figures,
 )
-from jpushare.sim.engine import JobRecord, JobState, SimResult
+from jpushare.sim.engine import SimResult, TraceJobResult, TraceJobState
+from jpushare.vocabulary import ReleaseReason
 
 JOBS_COLUMNS = (
     "job_id",
@@ -54,7 +54,7 @@ def fmt_number(x: float | int | None) -> str:
     return f"{r:.3f}".rstrip("0").rstrip(".")
 
 
-def job_row(job: JobRecord) -> list[str]:
+def job_row(job: TraceJobResult) -> list[str]:
     """One jobs.csv row: the last attempt's start/end/node/tier, costs over all attempts."""
     last = job.last
     return [
@@ -111,7 +111,7 @@ def jain_fairness(result: SimResult) -> float | None:
     per_lab: dict[str, list[float]] = {}
     for job in result.jobs:
         last = job.last
-        if job.state is not JobState.COMPLETED or last is None:
+        if job.state is not TraceJobState.COMPLETED or last is None:
             continue
         in_system = last.end - job.submit_time
         frac = 1.0 if in_system <= 0 else (last.end - last.start) / in_system
@@ -125,7 +125,7 @@ def jain_fairness(result: SimResult) -> float | None:
     return math.fsum(xs) ** 2 / (len(xs) * sq)
 
 
-_ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+_ENDED = (TraceJobState.COMPLETED, TraceJobState.FAILED, TraceJobState.CANCELLED)
 
 
 def reservation_spans(result: SimResult) -> list[ReservationSpan]:
@@ -155,11 +155,13 @@ def watch(result: SimResult) -> dict[str, Any]:
 def summary(result: SimResult) -> dict[str, Any]:
     """The summary.json document."""
     jobs = result.jobs
-    states = {s.value: 0 for s in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}
-    states[JobState.REJECTED.value] = 0
+    states = {
+        s.value: 0 for s in (TraceJobState.COMPLETED, TraceJobState.FAILED, TraceJobState.CANCELLED)
+    }
+    states[TraceJobState.REJECTED.value] = 0
     for job in jobs:
         states[job.state.value] = states.get(job.state.value, 0) + 1
-    accepted = [j for j in jobs if j.state is not JobState.REJECTED]
+    accepted = [j for j in jobs if j.state is not TraceJobState.REJECTED]
     first_submit = min((j.submit_time for j in accepted), default=0.0)
     ends = [a.end for j in jobs for a in j.attempts]
     ends += [r.ended_at for r in result.reservations if r.ended_at is not None]

@@ -33,7 +33,7 @@ from jpushare.formats.cluster_file import ClusterSpec
 from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.fit import check_fit, default_min_sort_order
 from jpushare.policy.model import Tier
-from jpushare.sim.engine import Attempt, AttemptEnd, JobRecord, JobState, SimResult
+from jpushare.sim.engine import Attempt, AttemptEnd, SimResult, TraceJobResult, TraceJobState
 from jpushare.slurm_peer.sacct import SacctJob
 
 POLICY = "slurm"
@@ -144,18 +144,18 @@ def job_record(
     t0: float,
     speed: float,
     rejected_reason: str = "",
-) -> JobRecord:
+) -> TraceJobResult:
     """One trace job's result from its sacct record (times back in trace seconds).
 
     A start Slurm recorded in the second of the submission (whole seconds, floored) counts
     as the submission itself: the wait is never negative."""
     if request is None:  # never submitted: rejected at submission, or cancelled before it
-        state = JobState.REJECTED if rejected_reason else JobState.CANCELLED
+        state = TraceJobState.REJECTED if rejected_reason else TraceJobState.CANCELLED
         return _not_run(job, state, rejected_reason)
     if record is None or not record.ran:
         if record is not None and record.state == "CANCELLED":
-            return _not_run(job, JobState.CANCELLED, "")
-        return _not_run(job, JobState.QUEUED, "no start recorded by Slurm")
+            return _not_run(job, TraceJobState.CANCELLED, "")
+        return _not_run(job, TraceJobState.QUEUED, "no start recorded by Slurm")
     assert record.start is not None
     start = max(job.submit_time, (record.start - t0) * speed)
     end = max(start, ((record.end if record.end is not None else record.start) - t0) * speed)
@@ -163,16 +163,16 @@ def job_record(
     cost = math.fsum(n * tflops.get(t, 0.0) * (end - start) for t, n in gpus.items())
     tier = _tier_label(gpus)
     if record.state == "CANCELLED":
-        outcome, state = AttemptEnd.CANCELLED, JobState.CANCELLED
+        outcome, state = AttemptEnd.CANCELLED, TraceJobState.CANCELLED
     elif record.state == "COMPLETED" and not (set(gpus) & job.oom_on):
-        outcome, state = AttemptEnd.COMPLETED, JobState.COMPLETED
+        outcome, state = AttemptEnd.COMPLETED, TraceJobState.COMPLETED
     elif record.state == "COMPLETED":
-        outcome, state = AttemptEnd.OOM, JobState.FAILED
+        outcome, state = AttemptEnd.OOM, TraceJobState.FAILED
     else:  # TIMEOUT, FAILED, NODE_FAIL, …: it ended without finishing its work
-        outcome, state = AttemptEnd.CANCELLED, JobState.FAILED
+        outcome, state = AttemptEnd.CANCELLED, TraceJobState.FAILED
     attempt = Attempt(start, end, record.nodes or "", tier, job.num_gpus, outcome, cost)
-    reason = "" if state is not JobState.FAILED else f"Slurm {record.state} on {tier}"
-    return JobRecord(
+    reason = "" if state is not TraceJobState.FAILED else f"Slurm {record.state} on {tier}"
+    return TraceJobResult(
         job.job_id,
         job.lab,
         job.num_gpus,
@@ -186,8 +186,8 @@ def job_record(
     )
 
 
-def _not_run(job: TraceJob, state: JobState, reason: str) -> JobRecord:
-    return JobRecord(
+def _not_run(job: TraceJob, state: TraceJobState, reason: str) -> TraceJobResult:
+    return TraceJobResult(
         job.job_id, job.lab, job.num_gpus, state, job.submit_time, (), 0.0, 0.0, 0.0, reason
     )
 
@@ -204,7 +204,7 @@ def to_result(
     """The run as the simulator's `SimResult`, so `sim.report` writes jobs.csv and
     summary.json (no reservations, no cycles: Slurm has neither)."""
     tflops = {t.name: t.tflops for t in cluster.tiers}
-    out: list[JobRecord] = []
+    out: list[TraceJobResult] = []
     for job in jobs:
         req = requests.get(job.job_id)
         reason = ""

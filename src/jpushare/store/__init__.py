@@ -81,7 +81,6 @@ from jpushare.store.jobs import (
     job_history,
     list_jobs,
     parse_job_id,
-    policy_job_id,
     submit,
 )
 from jpushare.store.lifecycle import (
@@ -113,6 +112,7 @@ from jpushare.store.records import (
 )
 from jpushare.store.schema import EventKind, JobState, Role
 from jpushare.store.times import from_epoch, to_epoch, utc_now
+from jpushare.vocabulary import job_id as policy_job_id  # the id the policy knows a job by
 
 __all__ = [
     "AlreadyExists",

@@ -14,12 +14,13 @@ from datetime import datetime
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from jpushare.executors.base import GpuGroup, NodeState
+from jpushare.executors.base import GpuGroup
 from jpushare.policy.model import Placement, Tier
 from jpushare.run_settings import check_cpus_per_gpu, check_mem_per_gpu_mb
 from jpushare.store.errors import InvalidRequest, NotFound
 from jpushare.store.records import NodeRecord, SyncReport, TierRecord
 from jpushare.store.schema import GpuResource, GpuTier, Node
+from jpushare.vocabulary import NodeState
 
 PlacementKey = tuple[str, str]  # (node name, tier name), as in the policy
 
@@ -342,7 +343,7 @@ def list_nodes(session: Session) -> list[NodeRecord]:
     return [
         NodeRecord(
             n.name,
-            n.state,
+            NodeState(n.state),
             n.state_reason,
             n.admin_drained,
             n.drain_reason,

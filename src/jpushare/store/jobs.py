@@ -6,8 +6,8 @@ State changes after submission live in `lifecycle.py` (one job at a time) and `c
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -36,11 +36,6 @@ _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
 
 
-def policy_job_id(job_id: int) -> str:
-    """The id the policy knows a job by."""
-    return str(job_id)
-
-
 def parse_job_id(value: str | int) -> int:
     """A job id from the policy or a person ('42', 42); InvalidRequest if it is not one."""
     try:
@@ -52,56 +47,56 @@ def parse_job_id(value: str | int) -> int:
     return job_id
 
 
-def _record_select() -> Select[Job, str, str, str | None, str | None]:
+_JOB_COLUMNS = tuple(Job.__table__.c)
+# The record's fields that are the job's own columns, under the same names; the rest are
+# names joined from other tables.
+_COLUMN_FIELDS = tuple(f.name for f in fields(JobRecord) if f.name in Job.__table__.c)
+
+
+def job_record(
+    columns: Mapping[Any, Any],
+    *,
+    user_name: str,
+    lab_name: str,
+    tier_name: str | None,
+    reserved_tier_name: str | None,
+) -> JobRecord:
+    """The one mapping of a `jobs` row (its columns by name) to a record."""
+    values = {name: columns[name] for name in _COLUMN_FIELDS}
+    values["state"] = JobState(values["state"])
+    return JobRecord(
+        **values,
+        user_name=user_name,
+        lab_name=lab_name,
+        tier_name=tier_name,
+        reserved_tier_name=reserved_tier_name,
+    )
+
+
+def _record_select() -> Select[Any]:
     return (
-        select(Job, User.name, Lab.name, _Tier.name, _ReservedTier.name)
+        select(
+            *_JOB_COLUMNS,
+            User.name.label("_user_name"),
+            Lab.name.label("_lab_name"),
+            _Tier.name.label("_tier_name"),
+            _ReservedTier.name.label("_reserved_tier_name"),
+        )
         .join(User, User.id == Job.user_id)
         .join(Lab, Lab.id == Job.lab_id)
         .outerjoin(_Tier, _Tier.id == Job.tier_id)
         .outerjoin(_ReservedTier, _ReservedTier.id == Job.reserved_tier_id)
-        .execution_options(populate_existing=True)
     )
 
 
 def _record(row: Any) -> JobRecord:
-    job, user_name, lab_name, tier_name, reserved_tier_name = row
-    return JobRecord(
-        id=job.id,
-        name=job.name,
-        command=job.command,
-        user_id=job.user_id,
-        user_name=user_name,
-        lab_id=job.lab_id,
-        lab_name=lab_name,
-        num_gpus=job.num_gpus,
-        minimum_tier_sort_order=job.minimum_tier_sort_order,
-        time_limit_s=job.time_limit_s,
-        state=job.state,
-        submitted_at=job.submitted_at,
-        queue_entered_at=job.queue_entered_at,
-        dispatched_at=job.dispatched_at,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
-        node_name=job.node_name,
-        tier_name=tier_name,
-        executor_id=job.executor_id,
-        attempts=job.attempts,
-        exit_code=job.exit_code,
-        reason=job.reason,
-        run_cost=job.run_cost,
-        reservation_gpu_seconds=job.reservation_gpu_seconds,
-        charged_tflop_s=job.charged_tflop_s,
-        reserved_gpus=job.reserved_gpus,
-        reserved_node_name=job.reserved_node_name,
-        reserved_tier_name=reserved_tier_name,
-        reservation_since=job.reservation_since,
-        reservation_last_accrued_at=job.reservation_last_accrued_at,
-        workdir=job.workdir,
-        environment=job.environment,
-        output_path=job.output_path,
-        error_path=job.error_path,
-        cpus_per_gpu=job.cpus_per_gpu,
-        mem_per_gpu_mb=job.mem_per_gpu_mb,
+    m = row._mapping
+    return job_record(
+        m,
+        user_name=m["_user_name"],
+        lab_name=m["_lab_name"],
+        tier_name=m["_tier_name"],
+        reserved_tier_name=m["_reserved_tier_name"],
     )
 
 
@@ -155,7 +150,6 @@ _SUBMIT_INPUTS = (
     .where(User.id == bindparam("user_id"))
 )
 
-_JOB_COLUMNS = tuple(Job.__table__.c)
 _NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
     name: bindparam(name)
     for name in (
@@ -212,48 +206,6 @@ def _insert_job_and_event() -> Select[Any]:
 
 
 _INSERT_JOB_AND_EVENT = _insert_job_and_event()
-
-
-def _new_job_record(row: Any, user_name: str, lab_name: str) -> JobRecord:
-    m = row._mapping
-    return JobRecord(
-        id=m["id"],
-        name=m["name"],
-        command=m["command"],
-        user_id=m["user_id"],
-        user_name=user_name,
-        lab_id=m["lab_id"],
-        lab_name=lab_name,
-        num_gpus=m["num_gpus"],
-        minimum_tier_sort_order=m["minimum_tier_sort_order"],
-        time_limit_s=m["time_limit_s"],
-        state=m["state"],
-        submitted_at=m["submitted_at"],
-        queue_entered_at=m["queue_entered_at"],
-        dispatched_at=m["dispatched_at"],
-        started_at=m["started_at"],
-        ended_at=m["ended_at"],
-        node_name=m["node_name"],
-        tier_name=None,  # a new job has no placement and no reservation
-        executor_id=m["executor_id"],
-        attempts=m["attempts"],
-        exit_code=m["exit_code"],
-        reason=m["reason"],
-        run_cost=m["run_cost"],
-        reservation_gpu_seconds=m["reservation_gpu_seconds"],
-        charged_tflop_s=m["charged_tflop_s"],
-        reserved_gpus=m["reserved_gpus"],
-        reserved_node_name=m["reserved_node_name"],
-        reserved_tier_name=None,
-        reservation_since=m["reservation_since"],
-        reservation_last_accrued_at=m["reservation_last_accrued_at"],
-        workdir=m["workdir"],
-        environment=m["environment"],
-        output_path=m["output_path"],
-        error_path=m["error_path"],
-        cpus_per_gpu=m["cpus_per_gpu"],
-        mem_per_gpu_mb=m["mem_per_gpu_mb"],
-    )
 
 
 def submit(
@@ -359,7 +311,15 @@ def submit(
     else:
         row = connection.execute(_INSERT_JOB, params).one()
         connection.execute(_INSERT_EVENT, {**params, "job_id": row._mapping["id"]})
-    return Submission(_new_job_record(row, user_name, lab_name), tier_names)
+    # A new job has no placement and no reservation: no tier names.
+    record = job_record(
+        row._mapping,
+        user_name=user_name,
+        lab_name=lab_name,
+        tier_name=None,
+        reserved_tier_name=None,
+    )
+    return Submission(record, tier_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,9 +382,21 @@ def job_history(session: Session, job_id: int) -> list[JobEventRecord]:
         select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
     )
     return [
-        JobEventRecord(e.id, e.job_id, e.at, e.kind, e.from_state, e.to_state, e.detail)
+        JobEventRecord(
+            e.id,
+            e.job_id,
+            e.at,
+            EventKind(e.kind),
+            _state_or_none(e.from_state),
+            _state_or_none(e.to_state),
+            e.detail,
+        )
         for e in events
     ]
+
+
+def _state_or_none(value: str | None) -> JobState | None:
+    return None if value is None else JobState(value)
 
 
 def job_count(session: Session) -> int:

@@ -20,7 +20,6 @@ from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from jpushare.policy.accounting import run_cost
-from jpushare.policy.model import ReleaseReason
 from jpushare.policy.oom import escalate
 from jpushare.store.errors import ConcurrentUpdate, InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.inventory import placements, policy_tiers
@@ -42,6 +41,7 @@ from jpushare.store.transitions import (
     tier_name,
     tier_tflops,
 )
+from jpushare.vocabulary import ReleaseReason
 
 _ACTIVE = {s.value for s in ACTIVE_STATES}
 _JOBS = cast(Table, Job.__table__)
@@ -422,7 +422,7 @@ def cancel_job(
         assert ended is not None  # the row is locked and active
         return Cancelled(
             ended.job,
-            job.state,
+            JobState(job.state),
             ended.charged_tflop_s,
             None,
             job.attempts,
@@ -475,7 +475,7 @@ def cancel_job(
     )
     add_events(session, events)
     charged = charge_lab(session, job_id, now)
-    return Cancelled(get_job(session, job_id), job.state, charged, released, None, None)
+    return Cancelled(get_job(session, job_id), JobState(job.state), charged, released, None, None)
 
 
 def settle_cancelled_run(

@@ -87,7 +87,7 @@ class ActiveJobRow:
 
     job_id: int
     attempt: int
-    state: str
+    state: JobState
     node: str
     tier: str
     num_gpus: int
@@ -111,22 +111,22 @@ def active_jobs(session: Session) -> list[ActiveJobRow]:
         .order_by(Job.id)
     )
     return [
-        ActiveJobRow(jid, attempt, state, node, tier, n, executor_id)
+        ActiveJobRow(jid, attempt, JobState(state), node, tier, n, executor_id)
         for jid, attempt, state, node, tier, n, executor_id in rows
         if node is not None
     ]
 
 
-def job_states(session: Session, job_ids: Iterable[int]) -> dict[int, tuple[str, int]]:
+def job_states(session: Session, job_ids: Iterable[int]) -> dict[int, tuple[JobState, int]]:
     """job id -> (state, attempts) for the ids that exist (unknown ids are left out)."""
     ids = sorted(set(job_ids))
-    out: dict[int, tuple[str, int]] = {}
+    out: dict[int, tuple[JobState, int]] = {}
     for start in range(0, len(ids), 1000):
         rows = session.execute(
             select(Job.id, Job.state, Job.attempts).where(Job.id.in_(ids[start : start + 1000]))
         )
         for jid, state, attempts in rows:
-            out[jid] = (state, attempts)
+            out[jid] = (JobState(state), attempts)
     return out
 
 
@@ -169,7 +169,7 @@ def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[Dispat
                 GpuTier.mem_per_gpu_mb,
             )
             .join(GpuTier, GpuTier.id == Job.tier_id)
-            .where(Job.id.in_(ids[start : start + 1000]), Job.state == "DISPATCHED")
+            .where(Job.id.in_(ids[start : start + 1000]), Job.state == JobState.DISPATCHED.value)
             .order_by(Job.id)
         ).all()
         runs = launch_details(session, [row[0] for row in rows])

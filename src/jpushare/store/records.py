@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jpushare.policy.model import Action, ReleaseReason
+from jpushare.policy.model import Action
+from jpushare.store.schema import EventKind
+from jpushare.vocabulary import JobId, JobState, NodeState, ReleaseReason, job_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ class TierRecord:
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
     name: str
-    state: str  # observed: up | down | drain
+    state: NodeState  # observed
     state_reason: str | None
     admin_drained: bool
     drain_reason: str | None
@@ -76,7 +78,7 @@ class NodeRecord:
 
     @property
     def schedulable(self) -> bool:
-        return self.state == "up" and not self.admin_drained
+        return self.state is NodeState.UP and not self.admin_drained
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,7 @@ class JobRecord:
     num_gpus: int
     minimum_tier_sort_order: int
     time_limit_s: float | None
-    state: str  # JobState value
+    state: JobState
     submitted_at: datetime
     queue_entered_at: datetime
     dispatched_at: datetime | None
@@ -120,9 +122,9 @@ class JobRecord:
     mem_per_gpu_mb: int | None = None
 
     @property
-    def policy_id(self) -> str:
+    def policy_id(self) -> JobId:
         """The id the policy knows this job by."""
-        return str(self.id)
+        return job_id(self.id)
 
     @property
     def bill(self) -> float:
@@ -135,9 +137,9 @@ class JobEventRecord:
     id: int
     job_id: int
     at: datetime
-    kind: str  # EventKind value
-    from_state: str | None
-    to_state: str | None
+    kind: EventKind
+    from_state: JobState | None
+    to_state: JobState | None
     detail: dict[str, Any] | None
 
 
@@ -203,7 +205,7 @@ class Cancelled:
     """What `cancel_job` did. If `stop_run` is set, the caller must stop that run."""
 
     job: JobRecord
-    previous_state: str
+    previous_state: JobState
     charged_tflop_s: float
     released: ReleaseReason | None  # CANCEL if it held a reservation (S11)
     stop_attempt: int | None  # the attempt the executor may be running (DISPATCHED/RUNNING)

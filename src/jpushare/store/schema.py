@@ -49,6 +49,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from jpushare.store.times import UtcDateTime
 
+# The states are the shared vocabulary's; named here too, next to the CHECKs that use them.
+from jpushare.vocabulary import ACTIVE_STATES as ACTIVE_STATES
+from jpushare.vocabulary import ENDED_STATES as ENDED_STATES
+from jpushare.vocabulary import JobState as JobState
+from jpushare.vocabulary import NodeState
+
 # Integer primary keys that autoincrement on both backends (SQLite needs INTEGER exactly).
 BigIntPk = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -61,37 +67,10 @@ NAMING_CONVENTION = {
 }
 
 
-class JobState(StrEnum):
-    """SPEC §5."""
-
-    GLOBAL_QUEUE_WAIT = "GLOBAL_QUEUE_WAIT"
-    DISPATCHED = "DISPATCHED"  # recorded and handed to the executor, not started yet
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def ended(self) -> bool:
-        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
-
-
-ENDED_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
-ACTIVE_STATES = (JobState.DISPATCHED, JobState.RUNNING)
-
-
 class Role(StrEnum):
     STUDENT = "student"
     PI = "pi"
     ADMIN = "admin"
-
-
-class NodeStateValue(StrEnum):
-    """A node's observed state (the executor's NodeState values, stored as text)."""
-
-    UP = "up"
-    DOWN = "down"
-    DRAIN = "drain"
 
 
 class EventKind(StrEnum):
@@ -195,7 +174,7 @@ class Node(Base):
     """One node's state: observed from the executor, and an admin's drain on top of it."""
 
     __tablename__ = "nodes"
-    __table_args__ = (CheckConstraint(_in("state", tuple(NodeStateValue)), name="state"),)
+    __table_args__ = (CheckConstraint(_in("state", tuple(NodeState)), name="state"),)
 
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     state: Mapped[str] = mapped_column(String(16), server_default=text("'up'"))

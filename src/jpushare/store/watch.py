@@ -25,10 +25,11 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from jpushare.policy.model import ReleaseReason
 from jpushare.policy.watch import FAILED_REASONS, EndedJob, ReservationSpan
 from jpushare.store.schema import ENDED_STATES, EventKind, Job, JobEvent, Lab
 from jpushare.store.times import to_epoch
+from jpushare.vocabulary import ReleaseReason, store_job_id
+from jpushare.vocabulary import job_id as policy_id
 
 _RESERVATION_EVENTS = (
     EventKind.RESERVATION_STARTED.value,
@@ -78,7 +79,7 @@ def load_reservation_spans(
         del open_span[job_id]
         spans.append(
             ReservationSpan(
-                str(job_id),
+                policy_id(job_id),
                 span["lab"],
                 span["tier"],
                 int(d.get("gpus", span["gpus"])),
@@ -90,10 +91,10 @@ def load_reservation_spans(
     for job_id, span in open_span.items():
         spans.append(
             ReservationSpan(
-                str(job_id), span["lab"], span["tier"], span["gpus"], span["started_at"]
+                policy_id(job_id), span["lab"], span["tier"], span["gpus"], span["started_at"]
             )
         )
-    spans.sort(key=lambda s: (s.started_at, int(s.job_id)))
+    spans.sort(key=lambda s: (s.started_at, store_job_id(s.job_id)))
     return spans
 
 
@@ -149,7 +150,9 @@ def load_ended_jobs(session: Session, since: datetime, until: datetime) -> list[
         if dispatched is not None:
             wait = max(0.0, to_epoch(dispatched) - to_epoch(submitted))
         out.append(
-            EndedJob(str(job_id), lab, num_gpus, wait, float(run), float(reserved), float(charged))
+            EndedJob(
+                policy_id(job_id), lab, num_gpus, wait, float(run), float(reserved), float(charged)
+            )
         )
     return out
 

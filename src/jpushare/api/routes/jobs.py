@@ -28,14 +28,15 @@ from jpushare.api.schemas import (
     job_public,
 )
 from jpushare.api.time_window import parse_when
-from jpushare.api.why import QueueView, history_why, queued_why
+from jpushare.api.why import QueueView, queued_why
+from jpushare.api.why_history import history_why
 from jpushare.executors.base import Executor
 from jpushare.executors.local import LOG_TAIL_BYTES
 from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
 from jpushare.store.inventory import tier_names_by_sort_order
 from jpushare.store.records import JobRecord, UserRecord
-from jpushare.store.schema import JobState
 from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account
+from jpushare.vocabulary import JobState
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     history = store.job_history(session, job_id)
     tiers = tier_names_by_sort_order(session)
     now = ctx.clock()
-    if job.state == JobState.GLOBAL_QUEUE_WAIT.value:
+    if job.state is JobState.GLOBAL_QUEUE_WAIT:
         snapshot = store.load_snapshot(session, now, ctx.busy(session))
         view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)
         if job.policy_id in view.queued:
