@@ -34,6 +34,7 @@ from jpushare.traces.clusters import cluster_gpus
 from jpushare.traces.shipped import shipped_trace
 
 ROOT = Path(__file__).resolve().parents[1]
+PEER_BEGIN = "<!-- BEGIN slurm-peer"  # scripts/peer_compare.py's section starts here
 DATA = ROOT / "data" / "traces"
 POLICIES = ("reservation", "hol-skip", "fifo", "backfill")
 PLACEMENTS = ("pack", "spread")
@@ -330,7 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             loads[case.name] = run_case(case, out_root)
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(render(out_root, loads), encoding="utf-8")
+    text = render(out_root, loads)
+    # The section of scripts/peer_compare.py (live Slurm runs) is kept as it is.
+    old = args.doc.read_text(encoding="utf-8") if args.doc.exists() else ""
+    if PEER_BEGIN in old:
+        text = text.rstrip("\n") + "\n\n" + PEER_BEGIN + old.split(PEER_BEGIN, 1)[1]
+    args.doc.write_text(text, encoding="utf-8")
     print(f"wrote {args.doc}", file=sys.stderr)
     return 0
 

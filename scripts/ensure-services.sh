@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring up what the tests talk to: PostgreSQL at 127.0.0.1:5432 (database `test`), the
-# fake Slurm cluster (scripts/slurm/start-fake-cluster.sh, needs root) and munged (the
+# fake Slurm cluster (scripts/slurm/start-fake-cluster.sh, needs root), its peer
+# (FAKE_SLURM_PEER=1: Slurm's own scheduler with slurmdbd, ~5 s) and munged (the
 # MUNGE sign-in tests decode real credentials; the fake cluster starts it too) and Chromium
 # (the dashboard's browser tests, scripts/ensure-browser.sh) and promtool (the alert rules'
 # tests, scripts/ensure-promtool.sh). With CI=true a
@@ -22,6 +23,12 @@ if [ "$(id -u)" = "0" ]; then
     if ! sinfo -h >/dev/null 2>&1; then
         bash scripts/slurm/start-fake-cluster.sh >/tmp/jpushare-slurm-start.log 2>&1 \
             || { tail -n 30 /tmp/jpushare-slurm-start.log >&2; fail "the fake Slurm cluster did not start"; }
+    fi
+    # The peer cluster (Slurm's own scheduler, slurmdbd on MariaDB) for tests/slurm_peer.
+    if ! SLURM_CONF=/etc/slurm-peer/slurm.conf timeout 10 sacctmgr -n show cluster >/dev/null 2>&1 \
+       || ! SLURM_CONF=/etc/slurm-peer/slurm.conf timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; then
+        FAKE_SLURM_PEER=1 bash scripts/slurm/start-fake-cluster.sh >/tmp/jpushare-slurm-peer-start.log 2>&1 \
+            || { tail -n 30 /tmp/jpushare-slurm-peer-start.log >&2; fail "the peer Slurm cluster did not start"; }
     fi
 else
     sinfo -h >/dev/null 2>&1 || fail "no Slurm cluster (run: sudo scripts/slurm/start-fake-cluster.sh)"

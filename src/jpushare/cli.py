@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jpushare.sim.cli",  # simulate
     "jpushare.traces.cli",  # trace (real trace loaders)
     "jpushare.replay.cli",  # replay (a trace through a running service)
+    "jpushare.slurm_peer.cli",  # slurm-peer (a trace through Slurm's own scheduler)
 )
 
 # Which module defines each command (a test checks this against what the modules register).
@@ -46,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "simulate": "jpushare.sim.cli",
     "trace": "jpushare.traces.cli",
     "replay": "jpushare.replay.cli",
+    "slurm-peer": "jpushare.slurm_peer.cli",
 }
 
 _DESCRIPTION = "Fair-share multi-GPU scheduler with reservations, in front of Slurm."
