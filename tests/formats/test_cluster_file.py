@@ -9,6 +9,7 @@ import pytest
 from jpushare.formats.cluster_file import NodeEvent, load_cluster, parse_cluster
 from jpushare.formats.errors import ClusterFileError
 from jpushare.policy.model import Placement, Tier
+from jpushare.vocabulary import NodeState
 
 ISSUE_EXAMPLE = """\
 tiers:
@@ -35,7 +36,7 @@ def test_the_issue_example_parses_into_policy_types() -> None:
         Placement("node-c", "rtx4090", 4),
     )
     assert dict(c.labs) == {"BCG": 24000.0, "KDG": 28000.0}
-    assert c.events == (NodeEvent(300.0, "node-a", "down", 9),)
+    assert c.events == (NodeEvent(300.0, "node-a", NodeState.DOWN, 9),)
     assert c.capacity_gpus == 10
     assert {p.node for p in c.placements} == {"node-a", "node-c"}
     assert c.placements_of("node-c") == c.placements[1:]

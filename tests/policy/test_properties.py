@@ -33,6 +33,7 @@ from jpushare.policy import (
 from jpushare.policy.fit import fits
 from jpushare.policy.order import PlacementOrder
 from jpushare.sim import ClusterSpec, NodeEvent, TraceJob, TraceJobState, simulate
+from jpushare.vocabulary import NodeState
 from tests.policy.invariants import check_cycle
 from tests.policy.reference import reference_decide
 
@@ -220,7 +221,7 @@ def workloads(draw: st.DrawFn) -> tuple[ClusterSpec, tuple[TraceJob, ...]]:
     for node in draw(st.lists(st.sampled_from(nodes), max_size=3)):
         down = float(draw(st.integers(0, 400)))
         up = down + float(draw(st.integers(1, 300)))
-        events += [NodeEvent(down, node, "down"), NodeEvent(up, node, "up")]
+        events += [NodeEvent(down, node, NodeState.DOWN), NodeEvent(up, node, NodeState.UP)]
     events.sort(key=lambda e: e.time)
     labs = {lab: float(draw(st.sampled_from([0, 5_000, 20_000]))) for lab in LABS}
     jobs = []

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from jpushare.formats.cluster_file import ClusterSpec, NodeEvent
 from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.model import Placement, Tier
+from jpushare.vocabulary import NodeState
 
 WEAK = Tier("weak", 10.0, 10)
 MID = Tier("mid", 20.0, 20)
@@ -64,8 +65,8 @@ def random_case(seed: int) -> tuple[ClusterSpec, list[TraceJob]]:
         node = rng.choice(["n1", "n2", "n3", "n4"])
         down = float(rng.randrange(0, 3000))
         events += [
-            NodeEvent(down, node, "down"),
-            NodeEvent(down + rng.randrange(10, 900), node, "up"),
+            NodeEvent(down, node, NodeState.DOWN),
+            NodeEvent(down + rng.randrange(10, 900), node, NodeState.UP),
         ]
     c = cluster(*nodes, labs={"A": float(rng.randrange(0, 5000)), "B": 0.0}, events=events)
     jobs = []

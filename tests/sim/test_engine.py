@@ -21,6 +21,7 @@ from jpushare.sim.engine import (
     simulate,
 )
 from jpushare.sim.report import jobs_csv
+from jpushare.vocabulary import NodeState
 from tests.sim.builders import cluster, job, random_case
 
 
@@ -126,7 +127,7 @@ def test_a_node_failure_sends_its_running_jobs_back_to_the_queue_without_escalat
     c = cluster(
         ("n1", {"strong": 2}),
         ("n2", {"mid": 2}),
-        events=[NodeEvent(42, "n1", "down"), NodeEvent(300, "n1", "up")],
+        events=[NodeEvent(42, "n1", NodeState.DOWN), NodeEvent(300, "n1", NodeState.UP)],
     )
     result = simulate(c, [job("a", 0, 200, 2), job("b", 100, 10, 2, min_tier="strong")])
     r = by_id(result)
@@ -145,7 +146,8 @@ def test_a_node_failure_sends_its_running_jobs_back_to_the_queue_without_escalat
 
 def test_a_node_failure_releases_the_reservation_on_it_by_r5() -> None:
     c = cluster(
-        ("n1", {"strong": 4}), events=[NodeEvent(100, "n1", "down"), NodeEvent(200, "n1", "up")]
+        ("n1", {"strong": 4}),
+        events=[NodeEvent(100, "n1", NodeState.DOWN), NodeEvent(200, "n1", NodeState.UP)],
     )
     result = simulate(c, [job("x", 0, 500, 2), job("y", 0, 10, 4)])
     first = result.reservations[0]
@@ -280,7 +282,9 @@ def test_no_placement_ever_holds_more_than_its_capacity(policy: str) -> None:
 
 
 def test_a_job_that_can_never_start_again_ends_the_replay_queued() -> None:
-    c = cluster(("n1", {"strong": 2}), ("n2", {"mid": 2}), events=[NodeEvent(10, "n1", "down")])
+    c = cluster(
+        ("n1", {"strong": 2}), ("n2", {"mid": 2}), events=[NodeEvent(10, "n1", NodeState.DOWN)]
+    )
     result = simulate(c, [job("a", 0, 100), job("b", 20, 10, min_tier="strong")])
     r = by_id(result)
     assert r["a"].state is TraceJobState.COMPLETED and r["a"].attempts[-1].node == "n2"

@@ -26,10 +26,9 @@ from jpushare.dispatcher.job_ids import job_id
 from jpushare.executors.base import LaunchSpec, SubmitRefused
 from jpushare.store.observations import job_states
 from jpushare.store.records import DispatchedJob
+from jpushare.vocabulary import ACTIVE_STATES
 
 log = logging.getLogger(__name__)
-
-_ACTIVE = (store.JobState.DISPATCHED.value, store.JobState.RUNNING.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +122,7 @@ def _confirm(
     orphaned: list[int] = []
     for launch, executor_id in orphans:
         state, attempt = states.get(launch.row, ("", 0))
-        if state in _ACTIVE and attempt == launch.spec.attempt:
+        if state in ACTIVE_STATES and attempt == launch.spec.attempt:
             started.append(launch.row)  # an earlier cycle confirmed it already
             continue
         log.info("job %d ended before its run was confirmed: stopping %s", launch.row, executor_id)

@@ -46,6 +46,7 @@ from jpushare.store.observations import (
     save_observed_busy,
 )
 from jpushare.store.records import DispatchedJob
+from jpushare.vocabulary import JobId, JobState
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def _row_ids(job_ids: Iterable[str]) -> list[int]:
     return [i for i in map(row_id, job_ids) if i is not None]  # None: not one of ours
 
 
-def _run_owners(session: Session, runs: Iterable[RunInfo]) -> dict[str, tuple[str, int]]:
+def _run_owners(session: Session, runs: Iterable[RunInfo]) -> dict[JobId, tuple[JobState, int]]:
     """Job id -> (state, attempts) of the runs' jobs the store knows."""
     states = job_states(session, _row_ids(r.job_id for r in runs))
     return {job_id(row): state for row, state in states.items()}

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
 
 from jpushare.executors.base import GpuGroup, NodeState, RunInfo, RunState
+from jpushare.vocabulary import ACTIVE_STATES, JobId, JobState
 
 
 @dataclass(frozen=True, slots=True)
 class ActiveJob:
     """A job the executor should know about: DISPATCHED (recorded) or RUNNING."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
-    state: str  # "DISPATCHED" | "RUNNING"
+    state: JobState  # DISPATCHED or RUNNING
     node: str
     tier: str
     num_gpus: int
@@ -31,7 +31,7 @@ class ActiveJob:
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    job_id: str
+    job_id: JobId
     attempt: int
     executor_id: str
     started_at: float
@@ -41,14 +41,14 @@ class Started:
 class Confirmed:
     """A DISPATCHED job whose run exists but whose executor id was never recorded (crash)."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     executor_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    job_id: str
+    job_id: JobId
     attempt: int
     state: RunState  # COMPLETED, FAILED, CANCELLED, OOM, NODE_FAIL, TIMEOUT
     started_at: float | None
@@ -61,7 +61,7 @@ class Ended:
 class Missing:
     """A DISPATCHED job the executor has no run for: the dispatcher died before submitting."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
 
 
@@ -114,7 +114,7 @@ def transitions(
     for job in sorted(active, key=lambda j: (j.job_id, j.attempt)):
         run = runs.get((job.job_id, job.attempt))
         if run is None:
-            if job.state == "DISPATCHED":
+            if job.state == JobState.DISPATCHED:
                 out.append(Missing(job.job_id, job.attempt))
             else:  # RUNNING but the executor forgot it: treat as lost with its node
                 out.append(
@@ -129,7 +129,7 @@ def transitions(
                     )
                 )
             continue
-        if job.state == "DISPATCHED" and job.executor_id is None:
+        if job.state == JobState.DISPATCHED and job.executor_id is None:
             out.append(Confirmed(job.job_id, job.attempt, run.executor_id))
         if run.state.ended:
             out.append(
@@ -143,7 +143,7 @@ def transitions(
                     run.reason,
                 )
             )
-        elif run.state is RunState.RUNNING and job.state == "DISPATCHED":
+        elif run.state is RunState.RUNNING and job.state == JobState.DISPATCHED:
             out.append(
                 Started(
                     job.job_id,
@@ -155,10 +155,7 @@ def transitions(
     return out
 
 
-_ACTIVE: Final = ("DISPATCHED", "RUNNING")
-
-
-def stale_runs(runs: Iterable[RunInfo], jobs: Mapping[str, tuple[str, int]]) -> list[RunInfo]:
+def stale_runs(runs: Iterable[RunInfo], jobs: Mapping[JobId, tuple[str, int]]) -> list[RunInfo]:
     """Live runs whose job does not want them any more: stop these (whole process group).
 
     `jobs`: job id -> (state, attempts) from the store. A run is stale when it has not ended
@@ -176,7 +173,7 @@ def stale_runs(runs: Iterable[RunInfo], jobs: Mapping[str, tuple[str, int]]) -> 
         if known is None:
             continue
         state, attempt = known
-        if state in _ACTIVE and attempt == run.attempt:
+        if state in ACTIVE_STATES and attempt == run.attempt:
             continue
         out.append(run)
     return sorted(out, key=lambda r: (r.job_id, r.attempt))

@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
@@ -29,8 +29,7 @@ from jpushare.formats.errors import ClusterFileError
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.policy.fit import MAX_GPUS
 from jpushare.policy.model import Placement, Tier
-
-NodeState = Literal["down", "up"]
+from jpushare.vocabulary import NodeState
 
 _TOP_KEYS = ("tiers", "nodes", "labs", "events")
 _TIER_KEYS = (
@@ -322,10 +321,8 @@ def _parse_events(source: str, value: object, line: int, nodes: set[str]) -> tup
         if node not in nodes:
             raise ClusterFileError(source, m.line, f"event for unknown node {node!r}")
         state = m["state"]
-        if state == "down":
-            events.append(NodeEvent(time, node, "down", m.line))
-        elif state == "up":
-            events.append(NodeEvent(time, node, "up", m.line))
+        if state in (NodeState.DOWN, NodeState.UP):
+            events.append(NodeEvent(time, node, NodeState(state), m.line))
         else:
             raise ClusterFileError(
                 source, m.line, f"event state must be 'down' or 'up', got {state!r}"

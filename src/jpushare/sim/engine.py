@@ -95,7 +95,7 @@ from jpushare.policy.order import (
     parse_placement_order,
 )
 from jpushare.policy.peers import POLICIES, IndexedRunning, NamedPolicy, Policy, RunningEnds
-from jpushare.vocabulary import JobId
+from jpushare.vocabulary import JobId, NodeState
 
 Key = tuple[str, str]  # (node, tier)
 Observer = Callable[[Snapshot, Decisions], None]
@@ -764,7 +764,7 @@ class _Engine:
 
     def _node_event(self, index: int, t: float) -> bool:
         ev = self.cluster.events[index]
-        up = ev.state == "up"
+        up = ev.state == NodeState.UP
         changed = False
         for p in self.cluster.placements_of(ev.node):
             cur = self.placements[p.key]

@@ -43,6 +43,8 @@ from jpushare.store.transitions import (
     lock_jobs,
     rowcount,
 )
+from jpushare.vocabulary import job_id as policy_job_id
+from jpushare.vocabulary import store_job_id
 
 _QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
 _JOBS = cast(Table, Job.__table__)
@@ -162,7 +164,12 @@ def load_snapshot(
             continue
         running.append(
             RunningJob(
-                str(jid), node, tier_names.get(tier_id, str(tier_id)), n, to_epoch(at), limit_s
+                policy_job_id(jid),
+                node,
+                tier_names.get(tier_id, str(tier_id)),
+                n,
+                to_epoch(at),
+                limit_s,
             )
         )
 
@@ -198,7 +205,7 @@ def _queued_job(
             last_accrued_at=to_epoch(_aware(last)) if last is not None else since_s,
         )
     return QueuedJob(
-        job_id=str(jid),
+        job_id=policy_job_id(jid),
         lab=lab_names[lab_id],
         num_gpus=n,
         min_sort_order=min_order,
@@ -258,8 +265,8 @@ def record_decisions(
     at = now if now is not None else from_epoch(decisions.now)
     by_job: dict[int, list[tuple[int, Action]]] = defaultdict(list)  # (index, action)
     for index, action in enumerate(decisions.actions):
-        by_job[int(action.job_id)].append((index, action))
-    accruals = {int(a.job_id): a for a in decisions.accruals}
+        by_job[store_job_id(action.job_id)].append((index, action))
+    accruals = {store_job_id(a.job_id): a for a in decisions.accruals}
     locked = lock_jobs(session, set(by_job) | set(accruals))
     tier_ids: dict[str, uuid.UUID] = {}
     tflops: dict[uuid.UUID, float] = {}
