@@ -127,12 +127,7 @@ def _batchable(t: Transition) -> bool:
 
 
 def _run_end(job_id: int, t: Ended) -> RunEnd:
-    reason = t.reason
-    if t.state is RunState.CANCELLED:
-        reason = t.reason or "cancelled by the executor"
-    elif t.state is RunState.TIMEOUT:
-        # Unlike `_end_reason`, an executor's own reason is kept as it is here.
-        reason = t.reason or "time limit reached"
+    """The batch path's end: the same reason as one recorded alone (`_end_reason`)."""
     return RunEnd(
         job_id,
         t.attempt,
@@ -140,7 +135,7 @@ def _run_end(job_id: int, t: Ended) -> RunEnd:
         store.from_epoch(t.ended_at),
         store.from_epoch(t.started_at) if t.started_at is not None else None,
         t.exit_code,
-        reason,
+        _end_reason(t),
     )
 
 
