@@ -24,6 +24,7 @@ from jpushare.executors.slurm_parse import (
     exit_status_from_wait,
     find_host_oom,
     gpus_by_type,
+    job_state_word,
     parse_exit_code,
     parse_gres,
     parse_node_state,
@@ -36,6 +37,7 @@ from jpushare.executors.slurm_parse import (
     run_name,
     run_state,
     sbatch_error,
+    text_or_none,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -329,6 +331,15 @@ def test_parse_time_handles_slurms_non_times_and_zones() -> None:
     )
     for nothing in ("Unknown", "N/A", "NONE", "None", "(null)", "", "garbage"):
         assert parse_time(nothing, UTC) is None
+
+
+def test_slurms_nothings_and_state_words_read_the_same_from_every_command() -> None:
+    """squeue, sinfo and both sacct parsers (the executor's, slurm-peer's) share these."""
+    for nothing in ("Unknown", "N/A", "None", "None assigned", "(null)", "INVALID", " ", None):
+        assert text_or_none(nothing) is None
+    assert text_or_none(" node-[a-b] ") == "node-[a-b]"
+    words = ("CANCELLED by 0", "CANCELLED+", " running ", "", None)
+    assert [job_state_word(w) for w in words] == ["CANCELLED", "CANCELLED", "RUNNING", "", ""]
 
 
 def test_a_job_sbatch_refused_is_recognised_as_never_run() -> None:

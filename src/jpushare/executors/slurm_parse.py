@@ -13,7 +13,7 @@ with `TZ=UTC0` and `SLURM_TIME_FORMAT=standard`, so its times are unambiguous (n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 
@@ -45,15 +45,45 @@ SQUEUE_FIELDS = (
 )
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in SQUEUE_FIELDS[:-1]) + f",{SQUEUE_FIELDS[-1]}:"
 
-_NULLS = frozenset({"", "(null)", "none", "n/a", "unknown", "invalid"})
+#: Slurm's ways of printing "nothing", lower-cased; `None assigned` is sacct's NodeList of a
+#: job that never ran.
+_NULLS = frozenset({"", "(null)", "none", "none assigned", "n/a", "unknown", "invalid"})
 
 
-def _text(value: str | None) -> str | None:
-    """Slurm's ways of printing "nothing" (`(null)`, `None`, `N/A`, `Unknown`) -> None."""
+def text_or_none(value: str | None) -> str | None:
+    """A field, stripped; Slurm's ways of printing "nothing" (`(null)`, `None`, `N/A`,
+    `Unknown`, `None assigned`) -> None."""
     if value is None:
         return None
     value = value.strip()
     return None if value.lower() in _NULLS else value
+
+
+def split_rows(text: str, n: int) -> Iterator[list[str]]:
+    """Each non-blank line cut into its `n` fields at the first n-1 "|" (the free-text field
+    goes last, so a "|" in it stays there); a line with fewer fields is skipped."""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|", n - 1)
+        if len(fields) == n:
+            yield fields
+
+
+def allocation_rows(text: str, n: int) -> Iterator[list[str]]:
+    """sacct's rows (split_rows) of whole allocations, the JobID first and stripped: step
+    rows (`12.batch`, `12.extern`), array and heterogeneous members (`12_3`, `12+1`) are
+    skipped."""
+    for fields in split_rows(text, n):
+        sid = fields[0].strip()
+        if sid.isdigit():
+            yield [sid, *fields[1:]]
+
+
+def job_state_word(value: str | None) -> str:
+    """Slurm's state word: `CANCELLED by 0` -> `CANCELLED`; `CANCELLED+` (sacct's mark of
+    a word cut short) -> `CANCELLED`; `RUNNING` -> `RUNNING`."""
+    return ((value or "").split() or [""])[0].rstrip("+").upper()
 
 
 # ------------------------------------------------------------------------- times
@@ -61,7 +91,7 @@ def _text(value: str | None) -> str | None:
 
 def parse_time(text: str | None, tz: tzinfo) -> float | None:
     """`2026-11-30T22:52:38` printed in zone `tz` -> UNIX seconds; None for Unknown/N/A/None."""
-    value = _text(text)
+    value = text_or_none(text)
     if value is None:
         return None
     try:
@@ -89,7 +119,7 @@ class ExitStatus:
 
 def parse_exit_code(text: str | None) -> ExitStatus | None:
     """sacct's `ExitCode` `3:0` (code:signal) -> ExitStatus; None when empty."""
-    value = _text(text)
+    value = text_or_none(text)
     if value is None:
         return None
     m = re.fullmatch(r"(\d+):(\d+)", value)
@@ -176,7 +206,7 @@ def parse_gres(text: str | None) -> list[Gres]:
     `gpu:rtx4090:2(IDX:0,2)`, untyped `gpu:2`, bare `gpu` (= 1) and other kinds
     (`shard:8`, `mps:100`).
     """
-    value = _text(text)
+    value = text_or_none(text)
     if value is None:
         return []
     out: list[Gres] = []
@@ -206,7 +236,7 @@ def gpus_by_type(text: str | None) -> dict[str | None, int]:
 
 def parse_tres_per_node(text: str | None) -> Gres | None:
     """squeue `tres-per-node` `gres:gpu:rtx4090:2` (or `gres/gpu:rtx4090=2`) -> the GPU entry."""
-    value = _text(text)
+    value = text_or_none(text)
     if value is None:
         return None
     for item in _split_outside_parens(value):
@@ -343,23 +373,19 @@ def _merge_rows(rows: Iterable[SlurmNode]) -> list[SlurmNode]:
 def parse_sinfo(text: str) -> list[SlurmNode]:
     """`sinfo -h -N -O SINFO_FORMAT` -> nodes, sorted by name (row order is not stable)."""
     rows: list[SlurmNode] = []
-    n = len(SINFO_FIELDS)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = line.split("|", n - 1)
-        if len(fields) != n or fields[0] == "NODELIST":
+    for fields in split_rows(text, len(SINFO_FIELDS)):
+        if fields[0] == "NODELIST":
             continue
         name, partition, gres, gres_used, state, reason = (f.strip() for f in fields)
         rows.append(
             SlurmNode(
                 name=name,
-                partitions=(partition.rstrip("*"),) if _text(partition) else (),
+                partitions=(partition.rstrip("*"),) if text_or_none(partition) else (),
                 gpus=gpus_by_type(gres),
                 gpus_used=gpus_by_type(gres_used),
                 state_text=state,
                 state=parse_node_state(state),
-                reason=_text(reason),
+                reason=text_or_none(reason),
             )
         )
     return _merge_rows(rows)
@@ -391,20 +417,11 @@ class SlurmJob:
         return self.state == "FAILED" and self.reason == "BadConstraints" and not self.nodes
 
 
-def _job_state_word(value: str | None) -> str:
-    """`CANCELLED by 0` -> `CANCELLED`; `RUNNING` -> `RUNNING`."""
-    return (value or "").strip().split(" ")[0].upper()
-
-
 def parse_squeue(text: str, tz: tzinfo) -> list[SlurmJob]:
     """`squeue -h -t all -O SQUEUE_FORMAT` -> jobs (times printed in zone `tz`)."""
     jobs: list[SlurmJob] = []
-    n = len(SQUEUE_FIELDS)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = line.split("|", n - 1)
-        if len(fields) != n or not fields[0].strip()[:1].isdigit():
+    for fields in split_rows(text, len(SQUEUE_FIELDS)):
+        if not fields[0].strip()[:1].isdigit():
             continue
         (sid, state, reason, nodes, partition, submit, start, end, status, tres, user, name) = (
             fields
@@ -414,16 +431,16 @@ def parse_squeue(text: str, tz: tzinfo) -> list[SlurmJob]:
             SlurmJob(
                 slurm_id=sid.strip(),
                 name=name,
-                state=_job_state_word(state),
-                reason=_text(reason),
-                nodes=_text(nodes),
-                partition=_text(partition),
+                state=job_state_word(state),
+                reason=text_or_none(reason),
+                nodes=text_or_none(nodes),
+                partition=text_or_none(partition),
                 submitted_at=parse_time(submit, tz),
                 started_at=parse_time(start, tz),
                 ended_at=parse_time(end, tz),
                 exit=exit_status_from_wait(int(raw_status)) if raw_status.isdigit() else None,
                 gpu=parse_tres_per_node(tres),
-                user=_text(user),
+                user=text_or_none(user),
             )
         )
     return jobs
@@ -465,7 +482,7 @@ _RUN_STATES: Mapping[str, RunState] = {
 
 def run_state(slurm_state: str) -> RunState:
     """A Slurm job state word -> RunState; an unknown word counts as FAILED."""
-    return _RUN_STATES.get(_job_state_word(slurm_state), RunState.FAILED)
+    return _RUN_STATES.get(job_state_word(slurm_state), RunState.FAILED)
 
 
 # ------------------------------------------------------------------------- sacct
@@ -484,24 +501,15 @@ def parse_sacct(text: str, tz: tzinfo) -> list[SlurmJob]:
     scontrol prints it; times are printed in zone `tz` (`Unknown` / `None` -> None).
     """
     jobs: list[SlurmJob] = []
-    n = len(SACCT_FIELDS)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = line.split("|", n - 1)
-        if len(fields) != n:
-            continue
-        sid, state, exit_code, start, end, node_list, name = fields
-        sid = sid.strip()
-        nodes = _text(node_list)
-        if not re.fullmatch(r"\d+", sid):  # `12.batch`, `12.extern`, `12_3` (arrays): not ours
-            continue
+    for sid, state, exit_code, start, end, node_list, name in allocation_rows(
+        text, len(SACCT_FIELDS)
+    ):
         jobs.append(
             SlurmJob(
                 slurm_id=sid,
                 name=name.strip(),
-                state=_job_state_word(state),
-                nodes=None if nodes == "None assigned" else nodes,
+                state=job_state_word(state),
+                nodes=text_or_none(node_list),
                 started_at=parse_time(start, tz),
                 ended_at=parse_time(end, tz),
                 exit=parse_exit_code(exit_code),

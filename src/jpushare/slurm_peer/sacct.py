@@ -11,7 +11,12 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 
-from jpushare.executors.slurm_parse import parse_time
+from jpushare.executors.slurm_parse import (
+    allocation_rows,
+    job_state_word,
+    parse_time,
+    text_or_none,
+)
 
 #: The fields the driver asks for, in this order. The name goes last: it may hold a "|".
 SACCT_FIELDS = (
@@ -81,11 +86,6 @@ def alloc_gpus(tres: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in _GPU_TRES.finditer(tres)}
 
 
-def _null(value: str) -> str | None:
-    v = value.strip()
-    return None if v.lower() in {"", "unknown", "none", "none assigned", "(null)"} else v
-
-
 def parse_sacct(text: str, tz: tzinfo = UTC) -> list[SacctJob]:
     """`sacct -X -n --parsable2 -o SACCT_FORMAT` -> allocations, in sacct's order.
 
@@ -94,28 +94,19 @@ def parse_sacct(text: str, tz: tzinfo = UTC) -> list[SacctJob]:
     `Start` is Slurm's *expected* start only in squeue, never in sacct, so it reads None.
     """
     jobs: list[SacctJob] = []
-    n = len(SACCT_FIELDS)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = line.split("|", n - 1)
-        if len(fields) != n:
-            continue
+    for fields in allocation_rows(text, len(SACCT_FIELDS)):
         sid, account, state, exit_code, submit, start, end, nodes, tres, limit, name = fields
-        sid = sid.strip()
-        if not sid.isdigit():
-            continue
         limit_v = limit.strip()
         jobs.append(
             SacctJob(
                 slurm_id=sid,
                 account=account.strip(),
-                state=(state.split() or [""])[0].rstrip("+"),
+                state=job_state_word(state),
                 exit_code=exit_code.strip(),
                 submit=parse_time(submit, tz),
                 start=parse_time(start, tz),
                 end=parse_time(end, tz),
-                nodes=_null(nodes),
+                nodes=text_or_none(nodes),
                 gpus=alloc_gpus(tres),
                 time_limit_min=int(limit_v) if limit_v.isdigit() else None,
                 name=name,
