@@ -1,0 +1,106 @@
+"""The settings that pick one of a few names: JPUSHARE_PLACEMENT (the dispatch order inside
+a tier) and JPUSHARE_POLICY (the policy the dispatcher runs, by its simulator name). Each is
+read with the other settings, has a default, takes each of its choices in any case and
+spacing; a bad value stops `serve` before it starts anything, with one line naming the
+valid choices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jpushare.cli import main
+from jpushare.config import ConfigError, Settings, load_settings
+from jpushare.policy import PlacementOrder
+from jpushare.policy.peers import POLICIES
+
+
+@dataclass(frozen=True)
+class ChoiceSetting:
+    """One such setting and what the tests expect of it."""
+
+    variable: str
+    read: Callable[[Settings], object]  # the value the service uses
+    default: object
+    choices: Mapping[str, object]  # what the variable may say -> what it reads as
+    named: str  # the choices as an error lists them
+    bad: tuple[str, str]  # a value load_settings refuses, a value serve refuses
+
+
+SETTINGS = [
+    pytest.param(
+        ChoiceSetting(
+            variable="JPUSHARE_PLACEMENT",
+            read=lambda s: s.placement_order,
+            default=PlacementOrder.PACK,
+            choices={
+                "pack": PlacementOrder.PACK,
+                "spread": PlacementOrder.SPREAD,
+                " PACK ": PlacementOrder.PACK,
+            },
+            named="pack, spread",
+            bad=("best-fit", "tight"),
+        ),
+        id="placement",
+    ),
+    pytest.param(
+        ChoiceSetting(
+            variable="JPUSHARE_POLICY",
+            read=lambda s: s.policy,
+            default="reservation",
+            choices={**{name: name for name in POLICIES}, " Hol-Skip ": "hol-skip"},
+            named="reservation, hol-skip, fifo, backfill",
+            bad=("easy", "sjf"),
+        ),
+        id="policy",
+    ),
+]
+
+
+def _typed(value: object) -> tuple[type, object]:
+    """A value with its type: a StrEnum member is equal to its string, and must not be."""
+    return type(value), value
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_unset_or_empty_is_the_default(setting: ChoiceSetting) -> None:
+    assert _typed(setting.read(load_settings({}))) == _typed(setting.default)
+    assert _typed(setting.read(load_settings({setting.variable: ""}))) == _typed(setting.default)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_each_choice_can_be_chosen(setting: ChoiceSetting) -> None:
+    for raw, want in setting.choices.items():
+        assert _typed(setting.read(load_settings({setting.variable: raw}))) == _typed(want), raw
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_bad_value_names_the_setting_and_the_choices(setting: ChoiceSetting) -> None:
+    bad = setting.bad[0]
+    with pytest.raises(ConfigError) as info:
+        load_settings({setting.variable: bad})
+    assert str(info.value) == f"{setting.variable} must be one of {setting.named}, not {bad!r}"
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_serve_refuses_to_start_with_a_bad_value(
+    setting: ChoiceSetting,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bad = setting.bad[1]
+    state = tmp_path / "var"
+    monkeypatch.setenv("JPUSHARE_STATE_DIR", str(state))
+    monkeypatch.setenv(setting.variable, bad)
+
+    assert main(["serve", "--port", "1"]) == 2
+
+    err = capsys.readouterr().err
+    assert (
+        err == f"jpushare serve: {setting.variable} must be one of {setting.named}, not {bad!r}\n"
+    )
+    assert not state.exists(), "nothing was created: no database, no executor state"
