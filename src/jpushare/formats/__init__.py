@@ -4,4 +4,5 @@
 reads TRACE.csv (the jobs to replay); both raise a `FormatError` (`errors`) that names the
 file and line. They depend only on the policy's types, so `jpushare init --cluster` and the
 store load the same cluster file as `jpushare simulate` without importing the simulator.
+`arguments` adds the command-line arguments that name the two files.
 """

@@ -17,27 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jpushare.formats.arguments import add_trace_arguments, not_negative, positive
+
 EXIT_BAD_INPUT = 2
-
-
-def _positive(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
-    return value
-
-
-def _not_negative(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {raw!r}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -49,18 +31,12 @@ def register(subparsers: Any) -> None:
         "per lab, and write jobs.csv and summary.json in the simulator's formats from the "
         "service's records (times in trace seconds).",
     )
-    p.add_argument("--trace", type=Path, help="TRACE.csv (docs/formats.md)")
+    add_trace_arguments(p, required=False, cluster=None, speed=True, default_speed=60.0)
     p.add_argument("--server", default=os.environ.get("JPUSHARE_URL"), help="the API's URL")
     p.add_argument(
         "--admin-token",
         default=os.environ.get("JPUSHARE_ADMIN_TOKEN") or os.environ.get("JPUSHARE_TOKEN"),
         help="an admin's token (default: $JPUSHARE_ADMIN_TOKEN, else $JPUSHARE_TOKEN)",
-    )
-    p.add_argument(
-        "--speed",
-        type=_positive,
-        default=60.0,
-        help="trace seconds per real second (default 60: a trace minute per second)",
     )
     p.add_argument("--out", type=Path, metavar="DIR", help="where jobs.csv, summary.json go")
     p.add_argument(
@@ -87,7 +63,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--cycle",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help="the service's cycle (default: what its /metrics says)",
     )
@@ -103,17 +79,17 @@ def register(subparsers: Any) -> None:
         "placement, reservation and state.",
     )
     c.add_argument("--sim", type=Path, metavar="DIR", help="a simulated run's directory")
-    c.add_argument(
-        "--cluster",
-        type=Path,
-        help="instead of --sim: simulate here on CLUSTER.yaml (with --trace), and the "
+    add_trace_arguments(
+        c,
+        required=False,
+        cluster="instead of --sim: simulate here on CLUSTER.yaml (with --trace), and the "
         "baseline (the simulator against itself at other cycle phases)",
+        trace="the TRACE.csv that was replayed (with --cluster)",
     )
-    c.add_argument("--trace", type=Path, help="the TRACE.csv that was replayed (with --cluster)")
     c.add_argument("--live", type=Path, required=True, metavar="DIR", help="the replayed run")
     c.add_argument(
         "--tolerance",
-        type=_not_negative,
+        type=not_negative,
         metavar="SECONDS",
         help="trace seconds allowed beyond one cycle (default: one more cycle)",
     )

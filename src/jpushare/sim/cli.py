@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jpushare.formats.arguments import add_trace_arguments, positive_seconds
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.formats.errors import FormatError
 from jpushare.formats.trace_file import check_tiers, load_trace
@@ -32,16 +33,6 @@ EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
-def _positive_seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {raw!r}")
-    return value
-
-
 def register(subparsers: Any) -> None:
     """Add the `simulate` sub-command."""
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -49,8 +40,7 @@ def register(subparsers: Any) -> None:
         help="replay a job trace on a cluster under a scheduling policy",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    p.add_argument("--cluster", required=True, type=Path, help="CLUSTER.yaml")
-    p.add_argument("--trace", required=True, type=Path, help="TRACE.csv")
+    add_trace_arguments(p)
     p.add_argument(
         "--policy",
         action="append",
@@ -66,7 +56,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--cycle",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="dispatch cycle length (default 5)",

@@ -19,20 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jpushare.formats.arguments import add_trace_arguments, positive
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-
-
-def _speed(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -44,14 +36,7 @@ def register(subparsers: Any) -> None:
     )
     sub = p.add_subparsers(dest="peer_command", required=True, metavar="ACTION")
     r = sub.add_parser("run", help="submit a TRACE.csv straight to Slurm and read sacct")
-    r.add_argument("--cluster", required=True, type=Path, help="CLUSTER.yaml (tiers, fit)")
-    r.add_argument("--trace", required=True, type=Path, help="TRACE.csv")
-    r.add_argument(
-        "--speed",
-        required=True,
-        type=_speed,
-        help="trace seconds per wall second (60: a trace hour is a Slurm minute)",
-    )
+    add_trace_arguments(r, cluster="CLUSTER.yaml (tiers, fit)", speed=True)
     r.add_argument("--out", required=True, type=Path, metavar="DIR")
     r.add_argument("--name-prefix", default="peer-", help="Slurm job names: PREFIX<job_id>")
     r.set_defaults(func=run_cmd)
@@ -60,7 +45,7 @@ def register(subparsers: Any) -> None:
     a.add_argument("others", type=Path, nargs="+", help="jobs.csv of the runs to compare")
     a.add_argument(
         "--tolerance",
-        type=_speed,
+        type=positive,
         default=60.0,
         metavar="SECONDS",
         help="a start within this many trace seconds agrees (default 60)",
