@@ -85,7 +85,6 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
         reservations_started=reserved,
         reservations_absorbed=absorbed,
         reservations_released=released,
-        skipped_decisions=len(recorded.skipped),
         phases_s={"observe": t1 - t0, "decide": t2 - t1, "act": t3 - t2},
     )
 
@@ -118,7 +117,6 @@ class CycleReport:
     reservations_started: int = 0
     reservations_absorbed: int = 0
     reservations_released: Mapping[str, int] = field(default_factory=dict)  # reason -> count
-    skipped_decisions: int = 0
     error: str | None = None
     # Seconds per step: observe (1, with its stops and resubmits), decide (2-4), act (5-6).
     phases_s: Mapping[str, float] = field(default_factory=dict)

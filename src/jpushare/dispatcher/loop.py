@@ -56,11 +56,6 @@ class Dispatcher:
         self._leading = False
         self._database_down = False
 
-    @property
-    def leading(self) -> bool:
-        """Whether the last `run_once` held the lock."""
-        return self._leading
-
     def run_once(self) -> CycleReport | None:
         """One cycle if this process holds the lock (None if another one does)."""
         held = self.lock.hold()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from jpushare.executors.base import GpuGroup, NodeState, RunInfo, RunState
+from jpushare.executors.base import GpuGroup, RunInfo, RunState
 from jpushare.vocabulary import ACTIVE_STATES, JobId, JobState
 
 
@@ -96,14 +96,6 @@ def busy_by_placement(
             key = (job.node, job.tier)
             busy[key] = busy.get(key, 0) + job.num_gpus
     return busy
-
-
-def node_schedulable(inventory: Iterable[GpuGroup]) -> dict[str, bool]:
-    """Node -> schedulable (R5: down, drained and draining nodes are not)."""
-    out: dict[str, bool] = {}
-    for g in inventory:
-        out[g.node] = out.get(g.node, True) and g.state is NodeState.UP
-    return out
 
 
 def transitions(

@@ -190,6 +190,3 @@ class Decisions:
 
     def dispatches(self) -> list[Dispatch]:
         return [a for a in self.actions if isinstance(a, Dispatch)]
-
-    def releases(self) -> list[ReleaseReservation]:
-        return [a for a in self.actions if isinstance(a, ReleaseReservation)]
