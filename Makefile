@@ -32,8 +32,12 @@ lint: setup
 services:
 	bash scripts/ensure-services.sh
 
+# Four workers on two cores: most tests wait on processes, PostgreSQL or Slurm, not the CPU
+# (tests/conftest.py keeps each Slurm cluster's tests on one worker). TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 4
+
 test: setup lint services
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=15
 
 bench: setup
 	$(BIN)/python bench/bench_policy.py

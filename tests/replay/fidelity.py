@@ -1,6 +1,6 @@
-"""Fidelity: the same small trace through `jpushare simulate` and through the live service,
-with the local executor and with the Slurm executor on the fake cluster; the simulator
-must predict the service within `TOLERANCE` (docs/fidelity.md says why these bounds).
+"""Fidelity: the same small trace through `jpushare simulate` and through the live service;
+the simulator must predict the service within a `Tolerance` (docs/fidelity.md says why
+these bounds). One test per executor: test_fidelity_local.py, test_fidelity_slurm.py.
 
 Each test replays tests/replay/fidelity-trace.csv (120 jobs, about 28 trace minutes) at
 40x through a fresh `serve --demo` on SQLite, in under a minute, then compares it with the
@@ -11,17 +11,13 @@ simulator against itself at other cycle phases (the baseline).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from jpushare.cli import main
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.formats.trace_file import load_trace
 from jpushare.replay.compare import Tolerance, compare_dirs, problems
-from tests.executors.live_slurm import cancel_prefixed, require_cluster, session_prefix
-from tests.replay.conftest import CLUSTER, TRACE, Running, serve
+from tests.replay.conftest import CLUSTER, TRACE, Running
 
 SPEED = 40.0
 LOCAL = Tolerance()
@@ -45,37 +41,3 @@ def replay_and_compare(s: Running, tmp_path: Path, tolerance: Tolerance) -> None
     live = json.loads((out / "summary.json").read_text())
     found = problems(fig, live, tolerance)
     assert not found, report + "\n".join(found)
-
-
-@pytest.fixture
-def local_service(tmp_path: Path) -> Iterator[Running]:
-    yield from serve(tmp_path, 0.5)
-
-
-def test_the_simulator_predicts_the_service_with_the_local_executor(
-    local_service: Running, tmp_path: Path
-) -> None:
-    replay_and_compare(local_service, tmp_path, LOCAL)
-
-
-@pytest.fixture
-def slurm_service(tmp_path: Path) -> Iterator[Running]:
-    require_cluster()  # fails under CI=true when the fake cluster is not there
-    prefix = session_prefix()
-    try:
-        yield from serve(
-            tmp_path,
-            1.0,  # a Slurm cycle (sinfo, squeue, sbatch) takes a few hundred ms here
-            JPUSHARE_EXECUTOR="slurm",
-            JPUSHARE_SLURM_PREFIX=prefix,
-            JPUSHARE_SLURM_LOG_DIR=str(tmp_path / "slurm-logs"),
-        )
-    finally:
-        cancel_prefixed(prefix)
-
-
-@pytest.mark.slurm
-def test_the_simulator_predicts_the_service_with_the_slurm_executor(
-    slurm_service: Running, tmp_path: Path
-) -> None:
-    replay_and_compare(slurm_service, tmp_path, SLURM)

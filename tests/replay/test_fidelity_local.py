@@ -1,0 +1,22 @@
+"""Fidelity with the local executor (tests/replay/fidelity.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.replay.conftest import Running, serve
+from tests.replay.fidelity import LOCAL, replay_and_compare
+
+
+@pytest.fixture
+def local_service(tmp_path: Path) -> Iterator[Running]:
+    yield from serve(tmp_path, 0.5)
+
+
+def test_the_simulator_predicts_the_service_with_the_local_executor(
+    local_service: Running, tmp_path: Path
+) -> None:
+    replay_and_compare(local_service, tmp_path, LOCAL)
