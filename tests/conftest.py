@@ -26,23 +26,22 @@ from xdist.scheduler import LoadScopeScheduling
 ROOT = Path(__file__).resolve().parent.parent
 SLURM_GROUP = "slurm"
 PEER_GROUP = "slurm-peer"
-PEER_FOLDER = "tests/slurm_peer/"
+PEER_FOLDER = "slurm_peer"
 # A test file that holds one of these uses a live cluster.
 SLURM_WORDS = ("pytest.mark.slurm", "require_cluster")
 
 
 @cache
-def file_group(path: str) -> str | None:
-    """The group of the test file at `path` (relative to the project), or None."""
-    text = (ROOT / path).read_text(encoding="utf-8")
-    if not any(word in text for word in SLURM_WORDS):
+def file_group(path: Path) -> str | None:
+    """The group of the test file at `path`, or None."""
+    if not any(word in path.read_text(encoding="utf-8") for word in SLURM_WORDS):
         return None
-    return PEER_GROUP if path.startswith(PEER_FOLDER) else SLURM_GROUP
+    return PEER_GROUP if path.parent.name == PEER_FOLDER else SLURM_GROUP
 
 
-def scope_of(nodeid: str) -> str:
+def scope_of(nodeid: str, root: Path = ROOT) -> str:
     """The unit of work a test goes out in: its file's group, or the test alone."""
-    return file_group(nodeid.split("::", 1)[0]) or nodeid
+    return file_group(root / nodeid.split("::", 1)[0]) or nodeid
 
 
 class SlurmAwareScheduling(LoadScopeScheduling):
@@ -50,7 +49,7 @@ class SlurmAwareScheduling(LoadScopeScheduling):
     (xdist's default scope reordering, largest unit first, sends it out first)."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return scope_of(nodeid)
+        return scope_of(nodeid, self.config.rootpath)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> SlurmAwareScheduling:
@@ -60,9 +59,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> SlurmAw
 def pytest_itemcollected(item: pytest.Item) -> None:
     if item.get_closest_marker("slurm") is None:
         return
-    path = item.path.relative_to(ROOT).as_posix()
-    if file_group(path) is None:
+    if file_group(item.path) is None:
         raise pytest.UsageError(
-            f"{item.nodeid} is marked slurm but {path} holds none of {SLURM_WORDS}: "
+            f"{item.nodeid} is marked slurm but its file holds none of {SLURM_WORDS}: "
             "mark the file (pytestmark = pytest.mark.slurm) so its tests share one worker"
         )
