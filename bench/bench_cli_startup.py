@@ -5,7 +5,8 @@ the heaviest imports of `jpushare queue` from `python -X importtime`.
 
     .venv/bin/python bench/bench_cli_startup.py [--runs 20]
 
-Asserts nothing (speed targets are read, not tested): issue 11 §7's target is < 150 ms.
+Asserts nothing (speed targets are read, not tested): the target is < 150 ms (README, "CLI
+start-up").
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 What is timed is the service's own cycle, steps 1-6 (see `jpushare.dispatcher.cycle`):
 observe (inventory sync of every node, run transitions, busy GPUs stored), snapshot +
-decide + record in one transaction (the issue's target: under 500 ms on PostgreSQL), and
-act + confirm. The executor is an in-memory fake (instant submit, no processes), so the
-numbers are the database's and the policy's, not a backend's.
+decide + record in one transaction (the target: under 500 ms on PostgreSQL), and act +
+confirm. The executor is an in-memory fake (instant submit, no processes), so the numbers
+are the database's and the policy's, not a backend's.
 
 States (100 nodes x 8 GPUs, 3 tiers, 20 labs, job sizes as in the Philly trace):
 - busy: every GPU busy: no dispatch; the cycle orders the queue and answers "why" for all

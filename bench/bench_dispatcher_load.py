@@ -1,6 +1,6 @@
 """Dispatcher cycles with 10,000 queued jobs while 50 clients submit, on PostgreSQL.
 
-The issue's busy case: cycles reached 2.1 s with 6,300 queued while 50 clients submitted.
+The busy case: cycles once took 2.1 s with 6,300 queued while 50 clients submitted.
 Here a real API (`jpushare serve --no-dispatcher`, as `bench_api` starts it) takes POST
 /v1/jobs from `--clients` concurrent clients on loopback at `--rate` req/s in all (open
 loop, Poisson arrivals; `--rate 0`: back to back, the server saturated) for `--duration`

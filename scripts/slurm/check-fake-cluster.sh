@@ -2,9 +2,9 @@
 # check-fake-cluster.sh -- exercise the fake cluster the way the JPU-Share adapter will.
 # Prints one line per check and a closing "N passed, N failed"; exit 1 on any failure.
 # FAKE_SLURM_CHECK_TIMEOUT=1 adds the TIMEOUT-state check (~80 s more).
-# JPU-Share's copy of shared/slurm/check-fake-cluster.sh, unchanged but for this header:
-# a quick way to see that the cluster behaves as RECIPE.md says (~13 s) before blaming
-# the executor.  The project's own checks are tests/executors/test_slurm_executor.py.
+# A quick way to see that the cluster behaves as start-fake-cluster.sh sets it up (~13 s)
+# before blaming the executor.  The project's own checks are
+# tests/executors/test_slurm_executor.py.
 set -uo pipefail
 R=${FAKE_SLURM_ROOT:-/var/lib/slurm-fake}
 # shellcheck disable=SC1091

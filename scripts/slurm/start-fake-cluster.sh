@@ -2,13 +2,13 @@
 # start-fake-cluster.sh -- bring up a fake heterogeneous GPU Slurm cluster on ONE
 # Debian 12 (bookworm) machine, as root, with no real GPUs.
 #
-# JPU-Share's copy of shared/slurm/start-fake-cluster.sh (tested recipe:
-# shared/slurm/RECIPE.md, Debian slurm-wlm 22.05).  Changes from the original: installs
-# with plain `apt-get install -y --no-install-recommends` and fails with a clear message
-# where there is no apt-get; on a systemd machine (a laptop) stops and disables the stock
-# slurmctld/slurmd units the packages start; cluster.env also lists the tier -> partition
-# mapping JPU-Share should use.  Used by CI (.ci/run, root, CI=true, fresh machine) and by
-# anyone who wants to try JPU-Share in front of Slurm:  sudo scripts/slurm/start-fake-cluster.sh
+# Adapted from a tested recipe for Debian slurm-wlm 22.05.  Changes from that original:
+# installs with plain `apt-get install -y --no-install-recommends` and fails with a clear
+# message where there is no apt-get; on a systemd machine (a laptop) stops and disables the
+# stock slurmctld/slurmd units the packages start; cluster.env also lists the tier ->
+# partition mapping JPU-Share should use.  Used by CI (.ci/run, root, CI=true, fresh
+# machine) and by anyone who wants to try JPU-Share in front of Slurm:
+#   sudo scripts/slurm/start-fake-cluster.sh
 #
 # Tier -> partition (JPU-Share's `gpu_tiers.partition`): every partition of a tier must
 # contain every node with that tier's GPUs, so a pinned sbatch is never refused for its
@@ -104,7 +104,7 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
 fi
 [ "$PEER" = 1 ] && peer_install
 # On a systemd machine the packages' units would run a second slurmctld on port 6817 and a
-# slurmd without -N ("Unable to determine this slurmd's NodeName"): RECIPE.md gotcha 1.
+# slurmd without -N ("Unable to determine this slurmd's NodeName").
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   for u in slurmctld slurmd $([ "$PEER" = 1 ] && echo slurmdbd); do
     if systemctl is-active --quiet "$u" 2>/dev/null || systemctl is-enabled --quiet "$u" 2>/dev/null; then

@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
 # stop-fake-cluster.sh -- stop the fake Slurm cluster started by start-fake-cluster.sh.
-# JPU-Share's copy of shared/slurm/stop-fake-cluster.sh (see shared/slurm/RECIPE.md §6),
-# unchanged but for this header and a root check.
 # Cancels all jobs, then stops every slurmd, slurmctld and (only if the start script
 # started it) munged, each by the pid in its pid file, TERM then KILL.
 #   --purge   also delete $FAKE_SLURM_ROOT (state, logs) and the generated /etc/slurm files

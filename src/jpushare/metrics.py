@@ -45,9 +45,9 @@ Names (labels in braces):
                                                            not be read (the rest are absent)
     jpushare_dispatch_cycle_seconds                        histogram, from the hook
 
-The dispatcher's health (issue 10 §7), also from the database (`store.health`, written by
-the dispatching process each cycle, and the lease row), so API worker processes and
-standby replicas export the leader's figures:
+The dispatcher's health, also from the database (`store.health`, written by the
+dispatching process each cycle, and the lease row), so API worker processes and standby
+replicas export the leader's figures:
 
     jpushare_dispatcher_cycles_total                       counter, cycles that succeeded
     jpushare_dispatcher_cycles_failed_total{kind}          counter, kind: executor (the
@@ -135,7 +135,7 @@ class MetricFigures:
     # SPEC §10, all time: reservations per lab, ended jobs per size (GPU count).
     lab_reservations: Mapping[str, LabReservationTotals] = field(default_factory=dict)
     ended_by_size: Mapping[int, SizeTotals] = field(default_factory=dict)
-    # The dispatcher's health (issue 10 §7).
+    # The dispatcher's health, as every API process reads it from the database.
     health: DispatcherHealth = field(default_factory=DispatcherHealth)
     lease: LeaseRecord | None = None
     requeues: Mapping[str, int] = field(default_factory=dict)  # cause -> count

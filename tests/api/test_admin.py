@@ -170,7 +170,7 @@ def test_health_and_openapi(api: ApiWorld) -> None:
 
 
 def test_a_user_is_a_unix_account_of_this_host(api: ApiWorld) -> None:
-    """Issue 9 §1: the account is checked with the system's account database when added."""
+    """The account is checked with the system's account database when added."""
     api.post("/v1/admin/labs", "root", json={"name": "gamma"})
     # default: the user's name, which is no account here
     r = api.post("/v1/admin/users", "root", json={"name": "jpst-nosuch", "lab": "gamma"})
@@ -194,8 +194,8 @@ def test_a_user_is_a_unix_account_of_this_host(api: ApiWorld) -> None:
 def test_a_service_that_is_not_root_adds_users_of_its_own_account_only(
     sessions: sessionmaker[Session],
 ) -> None:
-    """Issue 9 §3: `serve` passes its one account (it is not root); the API holds new
-    users to it, as the start check does (which a running service would not repeat)."""
+    """`serve` passes its one account (it is not root); the API holds new users to it, as
+    the start check does (which a running service would not repeat)."""
     for w in make_world(sessions, only_unix_user="nobody"):
         w.post("/v1/admin/labs", "root", json={"name": "gamma"})
         body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}

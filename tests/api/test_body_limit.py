@@ -1,5 +1,5 @@
-"""Issue 9 §7: request bodies over the limit get 413 before they are read whole, on every
-route, authenticated or not: a real uvicorn server and a client that streams 200 MB."""
+"""Request bodies over the limit get 413 before they are read whole, on every route,
+authenticated or not: a real uvicorn server and a client that streams 200 MB."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dispatcher's health in /metrics and /healthz, read from the database (issue 10 §7).
+"""The dispatcher's health in /metrics and /healthz, read from the database.
 
 What one dispatching process counts (`service.dispatch_health`) is written to the
 database, so an API process that never dispatched (`serve --workers N`, a standby

@@ -36,7 +36,7 @@ def test_no_token_is_401_unauthenticated(api: ApiWorld) -> None:
     r = api.client.get("/v1/jobs")
     e = error(r, 401, "UNAUTHENTICATED")
     assert "missing" in e["message"]
-    assert r.headers["www-authenticate"] == "Bearer, MUNGE"  # issue 9: MUNGE sign-in too
+    assert r.headers["www-authenticate"] == "Bearer, MUNGE"  # MUNGE sign-in too
 
 
 @pytest.mark.parametrize(

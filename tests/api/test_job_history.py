@@ -1,6 +1,6 @@
-"""Issue 11 §4-5 on both databases: a job's attempts and reservations (`show`), the job
-list's user/name/time-window filters (`jobs --since/--until`), and the labs' rank, share and
-usage in flight (`labs`)."""
+"""On both databases: a job's attempts and reservations (`show`), the job list's
+user/name/time-window filters (`jobs --since/--until`), and the labs' rank, share and usage
+in flight (`labs`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 9 §2: sign-in with a MUNGE credential, against the real munged of this machine.
+"""Sign-in with a MUNGE credential, against the real munged of this machine.
 
 Each test makes Unix accounts (root; `tests.unix_accounts`) and credentials as them
 with the `munge` command, as the CLI of that user would, and sends them to the API on

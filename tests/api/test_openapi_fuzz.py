@@ -1,4 +1,4 @@
-"""Schemathesis against the OpenAPI document (issue 10 §6): no 5xx, every response as documented.
+"""Schemathesis against the OpenAPI document: no 5xx, every response as documented.
 
 Every operation of `/openapi.json` gets generated requests, valid and invalid, sent to
 the ASGI app in process as an admin (so admin routes are reached past their 403s):

@@ -1,5 +1,5 @@
-"""Issue 9 §7: a job's command (and working directory, environment, output) is its owner's,
-its lab's PIs' and admins'; everyone else sees what `squeue` shows."""
+"""A job's command (and working directory, environment, output) is its owner's, its lab's
+PIs' and admins'; everyone else sees what `squeue` shows (README, "Privacy")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Start estimates in the queue and why (issue 11 §3), and Slurm time limits (§6)."""
+"""Start estimates in the queue and why (README, "Start estimates"), and Slurm time limits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request bodies are strict and every number bounded (issue 10 §6); the OpenAPI says so."""
+"""Request bodies are strict and every number bounded; the OpenAPI says so."""
 
 from __future__ import annotations
 

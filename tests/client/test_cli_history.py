@@ -1,6 +1,6 @@
-"""Issue 11 §4-5, 8 through the CLI against a real server on both databases: `show`,
-`jobs` (elapsed, time left, CSV, window), `cancel` of several jobs, `wait`, `submit
---wait`, `labs` (rank, share, in flight), and QUEUED where the API says GLOBAL_QUEUE_WAIT."""
+"""Through the CLI against a real server on both databases: `show`, `jobs` (elapsed, time
+left, CSV, window), `cancel` of several jobs, `wait`, `submit --wait`, `labs` (rank, share,
+in flight), and QUEUED where the API says GLOBAL_QUEUE_WAIT."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_submit_jobs_queue_why_cancel(
     assert main(["jobs", "--json"]) == 0
     jobs = json.loads(capsys.readouterr().out)["data"]
     assert [(j["id"], j["command"]) for j in jobs] == [
-        (2, None),  # bob's: private to him, his lab's PIs and admins (issue 9 §7)
+        (2, None),  # bob's: private to him, his lab's PIs and admins
         (1, "python t.py --lr '0.1 x'"),
     ]
     assert main(["jobs", "--mine"]) == 0
@@ -202,9 +202,9 @@ def test_the_client_class_raises_typed_errors(served: Served) -> None:
 def test_without_a_token_the_cli_signs_in_with_munge(
     served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 9 §2: on a host with MUNGE the CLI needs no token: it is the user whose Unix
-    account runs it (this test runs as root, and the world's user `root` is that account's
-    user); a configured token still wins."""
+    """On a host with MUNGE the CLI needs no token: it is the user whose Unix account runs
+    it (this test runs as root, and the world's user `root` is that account's user); a
+    configured token still wins."""
     require_root_and_munge()
     served.clock.now = datetime.now(UTC)  # a credential carries the real time
     code = main(["submit", "--url", served.url, "--gpus", "1", "--json", "--", "true"])

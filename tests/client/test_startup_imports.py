@@ -1,6 +1,6 @@
-"""Issue 11 §7: a user command imports nothing of the server. Each case runs the CLI's
-entry in a fresh interpreter and reads `sys.modules` afterwards (a behaviour test: what is
-imported, not how long it takes; `bench/bench_cli_startup.py` prints the times)."""
+"""A user command imports nothing of the server. Each case runs the CLI's entry in a fresh
+interpreter and reads `sys.modules` afterwards (a behaviour test: what is imported, not how
+long it takes; `bench/bench_cli_startup.py` prints the times)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10 item 4: a crash campaign, shared by the local and the Slurm executor's tests.
+"""A crash campaign, shared by the local and the Slurm executor's tests.
 
 A scripted workload runs while `Chaos` SIGKILLs the `serve` process again and again, at
 random moments of its leadership or at a random crash point of its cycle

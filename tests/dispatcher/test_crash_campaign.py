@@ -1,7 +1,7 @@
-"""Issue 10 item 4 on the local executor, SQLite and PostgreSQL: the crash campaign of
-`crash_campaign.py` (randomized SIGKILLs of `serve` during a workload with OOM escalation,
-cancels and a drain); no run twice by the executor's run records, one terminal state per
-job, every lab charged exactly what its jobs cost."""
+"""On the local executor, SQLite and PostgreSQL: the crash campaign of `crash_campaign.py`
+(randomized SIGKILLs of `serve` during a workload with OOM escalation, cancels and a
+drain); no run twice by the executor's run records, one terminal state per job, every lab
+charged exactly what its jobs cost."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 10: a leader that is frozen or cut off from the database while its connection
-lives is replaced, and once it wakes it records and starts nothing. Real processes.
+"""A leader that is frozen or cut off from the database while its connection lives is
+replaced, and once it wakes it records and starts nothing. Real processes.
 
 - Frozen at a known point of its cycle (`JPUSHARE_CRASH_AT=<point>` with
   `JPUSHARE_CRASH_SIGNAL=STOP`: the process SIGSTOPs itself there): after its observation

@@ -1,4 +1,4 @@
-"""The loop tells the health counters about every cycle: done, or failed and how (§7)."""
+"""The loop tells the health counters about every cycle: done, or failed and how."""
 
 from __future__ import annotations
 

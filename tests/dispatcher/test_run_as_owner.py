@@ -1,7 +1,8 @@
-"""Issue 9's attack, replayed through the real dispatcher and local executor as root: a
-student's job tries to read another lab's output, the service's environment, its state
-directory and database, and to make itself an admin. Every try fails; the job is its
-submitter's in account, directory and environment. Root only (CI=true: never skipped)."""
+"""A job's attack on other users and the service, replayed through the real dispatcher and
+local executor as root: a student's job tries to read another lab's output, the service's
+environment, its state directory and database, and to make itself an admin. Every try
+fails; the job is its submitter's in account, directory and environment. Root only
+(CI=true: never skipped)."""
 
 from __future__ import annotations
 

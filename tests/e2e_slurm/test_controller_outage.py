@@ -1,4 +1,4 @@
-"""Issue 10: the Slurm controller goes away under a running service, then comes back.
+"""The Slurm controller goes away under a running service, then comes back.
 
 A real `jpushare serve` (API and dispatcher, Slurm executor, SQLite, this test's job-name
 prefix) runs two jobs on node-a's two GPUs with a third queued behind them; slurmctld is

@@ -1,4 +1,4 @@
-"""Issue 10 item 4 on the real (fake-GPU) Slurm cluster, PostgreSQL: the crash campaign of
+"""On the real (fake-GPU) Slurm cluster, PostgreSQL: the crash campaign of
 tests/dispatcher/crash_campaign.py, shorter than the local one (fewer kills and jobs).
 
 The strong node is node-a (2 x rtx4090), the weak one node-d (2 x rtx3080ti, partition

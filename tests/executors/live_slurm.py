@@ -17,7 +17,8 @@ import pytest
 
 from tests.missing import missing
 
-# The fake cluster's layout (RECIPE.md §3): (node, GRES type) -> GPUs, and node -> partitions.
+# The fake cluster's layout (scripts/slurm/start-fake-cluster.sh): (node, GRES type) -> GPUs,
+# and node -> partitions.
 LAYOUT = {
     ("node-a", "rtx4090"): 2,
     ("node-b", "rtx5090"): 4,

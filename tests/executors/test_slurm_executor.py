@@ -215,7 +215,7 @@ def test_a_restarted_executor_finds_the_run_and_does_not_submit_it_again(
 
 def test_a_job_over_its_memory_limit_is_oom(logs: Path) -> None:
     # With cgroups Slurm says OUT_OF_MEMORY; without (containers) FAILED plus a line in
-    # the output: both are OOM to the dispatcher (RECIPE.md §0, SPEC §5).
+    # the output: both are OOM to the dispatcher (SPEC §5).
     ex = SlurmExecutor(logs, name_prefix=PREFIX, sbatch_args=("--mem=100M",))
     s = spec(
         "node-b", "rtx5090", """python3 -c 'import time; a = b"x" * (600 << 20); time.sleep(30)'"""
@@ -268,7 +268,7 @@ def test_a_draining_then_drained_node_is_not_schedulable(executor: SlurmExecutor
 def test_a_job_past_its_time_limit_is_timeout(
     timeout_run: LaunchSpec, executor: SlurmExecutor
 ) -> None:
-    # Slurm ends it up to ~30 s after the minute (RECIPE.md §5); submitted at module start.
+    # Slurm ends it up to ~30 s after the minute; submitted at module start.
     info = wait_state(executor, timeout_run, RunState.TIMEOUT, RunState.CANCELLED, timeout_s=120)
 
     assert info.state is RunState.TIMEOUT, info

@@ -1,4 +1,5 @@
-"""CLUSTER.yaml parsing: the issue's example, defaults, and errors that name file and line."""
+"""CLUSTER.yaml parsing: an example in the form of docs/formats.md §1, defaults, and errors
+that name file and line."""
 
 from __future__ import annotations
 

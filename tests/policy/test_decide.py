@@ -59,7 +59,7 @@ def test_a_reservation_that_is_already_full_dispatches_on_its_placement() -> Non
 
 
 def test_a_reserving_job_that_takes_idle_gpus_beside_its_reservation_is_a_swap() -> None:
-    # Issue 10: this was released as "filled gpus=1" although nothing was absorbed and the
+    # This used to be released as "filled gpus=1" although nothing was absorbed and the
     # job took 3 GPUs; SPEC §3: only a reservation that reached num_gpus through (b) fills.
     d = one_cycle(
         (Placement("node-p", "rtx4090", 4),),

@@ -1,5 +1,5 @@
-"""Issue 9 §3: a service that is not root serves one Unix account only; `--demo` (`make
-run`) points its users at the service's account, so it starts as any user.
+"""A service that is not root serves one Unix account only; `--demo` (`make run`) points
+its users at the service's account, so it starts as any user.
 
 The tests run as root (they create the accounts); "a service running as account A" is
 this process with `os.geteuid` answering A's uid: every check reads the account through

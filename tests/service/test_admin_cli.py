@@ -138,7 +138,7 @@ def test_admin_errors_are_one_line_and_exit_1(
 def test_a_user_is_a_unix_account_checked_when_added(
     cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 9 §1: unknown account -> one line, exit 2, nothing stored; listings show it."""
+    """Unknown account -> one line, exit 2, nothing stored; listings show it."""
     _, cluster = cli
     assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
     code, out, err = run(capsys, "admin", "user", "add", "jpst-nosuch", "--lab", "alpha")
@@ -189,8 +189,8 @@ def test_tiers_get_cpu_and_memory_defaults_from_the_cluster_file_and_tier_set(
 def test_set_usage_is_never_negative_and_leaves_an_auditable_lab_event(
     cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 11 §5: `admin lab set-usage LAB VALUE` changes the fair-share order, so it is
-    recorded (who, when, before, after, why); a negative value changes nothing."""
+    """`admin lab set-usage LAB VALUE` changes the fair-share order, so it is recorded
+    (who, when, before, after, why); a negative value changes nothing."""
     url, cluster = cli
     assert run(capsys, "init", "--cluster", str(cluster))[0] == 0  # alpha 1500, beta 0
     with pytest.raises(SystemExit) as exc:

@@ -1,8 +1,8 @@
-"""Issue 10: the database restarts under a running service. A private PostgreSQL server
+"""The database restarts under a running service. A private PostgreSQL server
 (tests/service/private_postgres.py) is stopped and started under `jpushare serve`: while it
-is down the API answers 503 DATABASE_UNAVAILABLE in the JSON error shape, at once, and
-the dispatcher says once that it paused; once it is back, both resume, and every job that
-was accepted ends exactly once (the executor's own records say how often each ran)."""
+is down the API answers 503 DATABASE_UNAVAILABLE in the JSON error shape, at once, and the
+dispatcher says once that it paused; once it is back, both resume, and every job that was
+accepted ends exactly once (the executor's own records say how often each ran)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JPUSHARE_LEASE_S: how long the dispatcher's lease lasts (issue 10); default three cycles."""
+"""JPUSHARE_LEASE_S: how long the dispatcher's lease lasts; default three cycles."""
 
 from __future__ import annotations
 

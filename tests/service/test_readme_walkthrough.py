@@ -1,7 +1,7 @@
-"""Issue 11 §8: the README's "Try it" holds. Its first shell block is read from README.md
-and run command by command, back to back as a reader would, against a real `jpushare
-serve --demo`; each command must exit as the block says (0, or 1 where its comment says
-`error CODE`), and what its comment claims about job numbers and placements must hold."""
+"""The README's "Try it" holds. Its first shell block is read from README.md and run command
+by command, back to back as a reader would, against a real `jpushare serve --demo`; each
+command must exit as the block says (0, or 1 where its comment says `error CODE`), and what
+its comment claims about job numbers and placements must hold."""
 
 from __future__ import annotations
 

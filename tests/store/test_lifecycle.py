@@ -207,8 +207,8 @@ def test_cancelling_a_running_job_charges_its_run_and_names_the_run_to_stop(
 def test_a_cancelled_runs_charge_is_provisional_until_its_real_end_settles_it(
     world: World,
 ) -> None:
-    # Issue 10: the cancel's charge (the run up to the cancel) is marked provisional in the
-    # answer and in its events; the executor's report of the real end makes it final.
+    # The cancel's charge (the run up to the cancel) is marked provisional in the answer and
+    # in its events; the executor's report of the real end makes it final.
     job = submit(world, world.alice, 1)
     run_cycle(world, 5, ONLY_3080TI_FREE)
     with world.sessions.begin() as s:

@@ -1,4 +1,4 @@
-"""Whether the dispatcher is doing its work, as `/healthz` says it (issue 10 §7).
+"""Whether the dispatcher is doing its work, as `/healthz` says it.
 
 A live API over a dead or failing dispatcher must not look healthy: the dispatcher is
 *stale* when no cycle has succeeded for `STALE_CYCLES` cycle lengths (at least

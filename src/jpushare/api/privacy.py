@@ -19,7 +19,7 @@ from jpushare.api.permissions import may_manage
 from jpushare.store.records import JobRecord, UserRecord
 
 # A job's fields that only its owner, its lab's PIs and admins see. The submitter's working
-# directory, environment and output files (issue 9 §4-5) belong here as they are added.
+# directory, environment and output files belong here as they are added.
 PRIVATE_JOB_FIELDS: tuple[str, ...] = (
     "command",
     "workdir",

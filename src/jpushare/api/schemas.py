@@ -63,7 +63,7 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-# Bounds of the numbers a client sends, in one place (issue 10 §6).
+# Bounds of the numbers a client sends, in one place (the OpenAPI document shows them).
 MIN_TIME_LIMIT_S = 1.0
 MAX_TIME_LIMIT_S = 365 * 86400.0
 TimeLimitS = Annotated[

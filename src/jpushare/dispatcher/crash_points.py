@@ -1,5 +1,5 @@
 """Test hook: kill or freeze the dispatcher process at a named point of its cycle (SPEC §5
-crash safety, issue 10's frozen leader).
+crash safety; a frozen leader must lose its lease, `dispatcher.lock`).
 
 `JPUSHARE_CRASH_AT=<point>` makes the dispatcher SIGKILL itself the first time it reaches
 that point, so the tests can prove that a process killed there neither loses a job nor

@@ -14,11 +14,11 @@
 The cycle never commits anything the executor has not told it, and never tells the executor
 anything the database has not committed. Crash points for tests: `crash_points.py`.
 
-Fencing (issue 10, `dispatcher.lock`): every writing transaction above is opened with
-`deps.begin()`, which commits only while this process holds the dispatcher lease, and
-every executor call (submit, cancel) and router yield is preceded by `deps.check_may_act()`.
-A leader that lost the lease while frozen or cut off gets `LeaseLost` from the first of
-them: nothing more is recorded or started, and the loop steps down.
+Fencing (`dispatcher.lock`): every writing transaction above is opened with `deps.begin()`,
+which commits only while this process holds the dispatcher lease, and every executor call
+(submit, cancel) and router yield is preceded by `deps.check_may_act()`. A leader that lost
+the lease while frozen or cut off gets `LeaseLost` from the first of them: nothing more is
+recorded or started, and the loop steps down.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ leader that lost it record and start nothing (SPEC §5: one dispatcher acts at a
 Leadership used to be a PostgreSQL session advisory lock (a `flock` beside the SQLite file)
 held for the process's life. A leader that was frozen (SIGSTOP, a stalled VM, a swap
 storm) or cut off from the database while its connection stayed open kept the lock, and
-nothing was dispatched for as long as it stayed so. Now (issue 10):
+nothing was dispatched for as long as it stayed so. Now:
 
 - The lease: one row of `dispatcher_leases` (`store.leadership`): holder, epoch,
   expires_at, written with the database's clock. The leader renews it at the start of

@@ -356,8 +356,8 @@ class SlurmExecutor:
             message = sbatch_error(result.stderr or result.stdout)
             if _TRANSIENT.search(result.stderr):
                 raise SlurmError(f"sbatch failed: {message}")
-            # A refused job can still get an id and a FAILED/BadConstraints record
-            # (RECIPE.md gotcha 11); find()/runs() skip those, so nothing is left behind.
+            # A refused job can still get an id and a FAILED/BadConstraints record;
+            # find()/runs() skip those, so nothing is left behind.
             raise SubmitRefused(f"Slurm refused the job: {message}")
         try:
             return parse_sbatch(result.stdout)

@@ -23,7 +23,7 @@ from jpushare.executors.base import NodeState, RunState
 # `Field:|` = no width limit, "|" after the field. The free-text field goes last, with no
 # suffix, so a "|" inside it cannot shift the columns (the parsers split at most n-1 times).
 
-#: `sinfo -h -N -O SINFO_FORMAT`: one row per node *and partition* (RECIPE.md §5).
+#: `sinfo -h -N -O SINFO_FORMAT`: one row per node *and partition*.
 SINFO_FIELDS = ("NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason")
 SINFO_FORMAT = ",".join(f"{f}:|" for f in SINFO_FIELDS[:-1]) + f",{SINFO_FIELDS[-1]}:"
 
@@ -413,7 +413,7 @@ class SlurmJob:
 
     @property
     def refused(self) -> bool:
-        """sbatch rejected it but it still got an id (RECIPE.md gotcha 11): never ran."""
+        """sbatch rejected it but it still got an id: never ran."""
         return self.state == "FAILED" and self.reason == "BadConstraints" and not self.nodes
 
 
@@ -520,7 +520,7 @@ def parse_sacct(text: str, tz: tzinfo) -> list[SlurmJob]:
 
 # What Slurm writes into a job's output when it kills the job for host memory: without
 # cgroups (`JobAcctGatherParams=OverMemoryKill`) the job ends FAILED, not OUT_OF_MEMORY,
-# and only this line tells (RECIPE.md §0); with cgroups slurmstepd reports the oom-kill.
+# and only this line tells; with cgroups slurmstepd reports the oom-kill.
 HOST_OOM_PATTERN = re.compile(
     r"exceeded (?:job )?memory limit|Detected \d+ oom[-_]kill event", re.IGNORECASE
 )

@@ -80,8 +80,9 @@ def _decisions(snapshot: Snapshot, order: tuple[str, ...], cycle: _Cycle) -> Dec
 def hol_skip(
     snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
 ) -> Decisions:
-    """The old behaviour (seed §1.1): walk the fair-share order, start whatever fits, skip
-    what does not. Never reserves, so a multi-GPU job can wait behind a stream of small ones.
+    """The old behaviour (docs/policy.md §0, "before"): walk the fair-share order, start
+    whatever fits, skip what does not. Never reserves, so a multi-GPU job can wait behind a
+    stream of small ones.
     """
     cycle = _Cycle(snapshot, placement_order)
     queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)

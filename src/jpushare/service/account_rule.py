@@ -2,11 +2,11 @@
 
 Only root can start a process as another Unix account (and only root, or Slurm's
 SlurmUser, can `sbatch --uid` for another account). A service that is neither would run
-every user's job as its own account, which is the hole of issue 9 (one user's job reads
-another's output, the service's database...). So it refuses to start while any user maps
-to an account other than its own, and says which, and its API refuses new users of other
-accounts (422 ACCOUNT_NOT_SERVED); `--demo` points its demo users at the service's
-account, so `make run` works as any user.
+every user's job as its own account, and one user's job could read another's output, the
+service's database... So it refuses to start while any user maps to an account other than
+its own, and says which, and its API refuses new users of other accounts (422
+ACCOUNT_NOT_SERVED); `--demo` points its demo users at the service's account, so `make
+run` works as any user.
 """
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     thread: threading.Thread | None = None
     lock = lock_for(settings.database_url, sessions=sessions, lease_s=settings.dispatcher_lease_s)
     if options.dispatcher:
-        # The dispatcher's health goes to the database, for every API process (issue 10 §7).
+        # The dispatcher's health goes to the database, for every API process.
         health = HealthRecorder(
             sessions,
             holder=str(getattr(lock, "holder", None) or f"{socket.gethostname()}:{os.getpid()}"),

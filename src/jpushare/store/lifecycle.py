@@ -409,7 +409,7 @@ def cancel_job(
     why = reason or "cancelled"
     if state in ACTIVE_STATES:
         # The run goes on until the dispatcher has stopped it: charged up to now, but
-        # provisionally, until the executor says when it really ended (issue 10).
+        # provisionally, until the executor says when it really ended.
         ended = end_job(
             session,
             job_id,

@@ -5,7 +5,7 @@
 - `alibaba_cluster`: a deterministic, proportional sample of Alibaba's real node list
   (`openb_node_list_gpu_node.csv`), its GPU models mapped to tiers by
   `jpushare.traces.alibaba.ALIBABA_TIERS`.
-- `cluster_yaml`: the YAML text, one flow-style line per tier and node, as in the issue.
+- `cluster_yaml`: the YAML text, one flow-style line per tier and node (docs/formats.md §1).
 - `cluster_gpus`: total GPUs of a CLUSTER.yaml (for offered-load figures).
 
 The shipped `examples/philly-cluster.yaml` and `examples/alibaba-cluster.yaml` are the output

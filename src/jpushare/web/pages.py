@@ -252,7 +252,7 @@ def _signin_page(next_path: str, error: str | None, status: int) -> Response:
 
 
 def estimated_start(entry: QueueEntryPublic) -> datetime | None:
-    """The queue entry's estimated start, when the API gives one (issue 11 §3 adds
-    `estimated_start` to the queue's entries); until then the page shows "—"."""
+    """The queue entry's `estimated_start`, when the API gives one; otherwise the page
+    shows "—"."""
     value = getattr(entry, "estimated_start", None)
     return value if isinstance(value, datetime) else None

@@ -1,4 +1,4 @@
-"""The dispatcher's lease: leadership that a frozen or cut-off leader loses (issue 10).
+"""The dispatcher's lease: leadership that a frozen or cut-off leader loses.
 
 Revision ID: 0004
 Revises: 0003

@@ -1,4 +1,4 @@
-"""The dispatcher's health counters, readable by every API process (issue 10 §7).
+"""The dispatcher's health counters, readable by every API process.
 
 Revision ID: 0005
 Revises: 0004
