@@ -1,6 +1,6 @@
 """Step 1 of a dispatcher cycle: observe the executor and record what it says.
 
-1. `read_executor`: the inventory and the runs (no transaction open); for a started job
+1. `read_executor`: the runs and the inventory (no transaction open); for a started job
    whose run the executor no longer lists, what became of it, if the executor can say
    (`resolve_lost_runs`).
 2. `record_observation`, ONE transaction: sync the inventory and node states (when they
@@ -75,9 +75,16 @@ class Observed:
 
 
 def read_executor(deps: CycleDeps) -> ExecutorView:
-    """The executor's inventory and runs; raises whatever the executor raises."""
-    inventory = deps.executor.inventory()
+    """The executor's runs, then its inventory; raises whatever the executor raises.
+
+    Runs first: the two reads are not one instant (squeue, then sinfo), and a run that
+    starts between them must not vanish from the busy count. Read runs-then-inventory, it
+    shows as PENDING (counted from the job) and as used (counted twice: a cycle's delay at
+    worst). Read the other way round, it showed as RUNNING and not yet used: counted
+    nowhere, so its GPUs went to the next job in the queue.
+    """
     runs = deps.executor.runs()
+    inventory = deps.executor.inventory()
     return ExecutorView(inventory, runs + resolve_lost_runs(deps, runs))
 
 
