@@ -34,10 +34,12 @@ services:
 
 # Four workers on two cores: most tests wait on processes, PostgreSQL or Slurm, not the CPU
 # (tests/conftest.py keeps each Slurm cluster's tests on one worker). TEST_WORKERS=0: serial.
+# Then the tests marked `quiet` (timing measurements), alone on the machine.
 TEST_WORKERS ?= 4
 
 test: setup lint services
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=15
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not quiet" --durations=15
+	$(BIN)/pytest -q -m quiet
 
 bench: setup
 	$(BIN)/python bench/bench_policy.py

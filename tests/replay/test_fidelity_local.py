@@ -16,6 +16,7 @@ def local_service(tmp_path: Path) -> Iterator[Running]:
     yield from serve(tmp_path, 0.5)
 
 
+@pytest.mark.quiet  # a second of delay is 40 trace seconds: not beside other tests
 def test_the_simulator_predicts_the_service_with_the_local_executor(
     local_service: Running, tmp_path: Path
 ) -> None:

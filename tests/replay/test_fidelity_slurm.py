@@ -29,6 +29,7 @@ def slurm_service(tmp_path: Path) -> Iterator[Running]:
 
 
 @pytest.mark.slurm
+@pytest.mark.quiet  # a second of delay is 40 trace seconds: not beside other tests
 def test_the_simulator_predicts_the_service_with_the_slurm_executor(
     slurm_service: Running, tmp_path: Path
 ) -> None:
