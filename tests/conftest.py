@@ -52,7 +52,12 @@ class SlurmAwareScheduling(LoadScopeScheduling):
         return scope_of(nodeid, self.config.rootpath)
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> SlurmAwareScheduling:
+def pytest_xdist_make_scheduler(
+    config: pytest.Config, log: Producer
+) -> SlurmAwareScheduling | None:
+    """Ours for `-n N` (xdist's default `--dist load`); another `--dist` asked for is xdist's."""
+    if config.getoption("dist") != "load":
+        return None
     return SlurmAwareScheduling(config, log)
 
 
