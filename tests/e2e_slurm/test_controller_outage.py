@@ -23,7 +23,7 @@ from jpushare import store
 from tests.dispatcher.processes import Service, start_service
 from tests.e2e_slurm.conftest import SlurmRig, make_rig, slurm_names, wait_for, waits_for
 from tests.e2e_slurm.controller import controller_down
-from tests.service.test_serve_demo import free_port
+from tests.service.demo_service import free_port
 
 pytestmark = pytest.mark.slurm
 

@@ -4,16 +4,12 @@ so both replay the same inventory the simulator sees)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from tests.dispatcher.conftest import wait_for
-from tests.dispatcher.processes import REPO, Service, start_service
-from tests.service.test_serve_demo import free_port, read_env_file
+from tests.dispatcher.processes import REPO, Service
+from tests.service.demo_service import demo_service
 
 CLUSTER = REPO / "examples" / "slurm-cluster.yaml"
 TRACE = REPO / "tests" / "replay" / "fidelity-trace.csv"
@@ -29,33 +25,15 @@ class Running:
 
 def serve(tmp_path: Path, cycle_s: float, **extra: str) -> Iterator[Running]:
     """`serve --demo` on a fresh state directory until the block ends."""
-    port = free_port()
-    state = tmp_path / "var"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
-    env.update(
-        JPUSHARE_STATE_DIR=str(state),
+    with demo_service(
+        tmp_path,
+        "serve",
+        cycled=True,
         JPUSHARE_CLUSTER=str(CLUSTER),
         JPUSHARE_CYCLE_S=str(cycle_s),
-        JPUSHARE_PORT=str(port),
         **extra,
-    )
-    service = start_service("serve", env, tmp_path, "--demo", cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    tokens = state / "demo-tokens.env"
-
-    def cycled() -> bool:
-        assert service.proc.poll() is None, service.log()
-        if not tokens.exists():
-            return False
-        try:
-            health = httpx.get(f"{url}/healthz", timeout=5).json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        return bool((health.get("dispatcher") or {}).get("last_success_at"))
-
-    try:
-        wait_for(cycled, "the service answers and has run a cycle")
-        env_file = read_env_file(tokens)
-        yield Running(url, env_file["JPUSHARE_TOKEN_ADMIN"], env_file["JPUSHARE_TOKEN"], service)
-    finally:
-        service.stop()
+    ) as demo:
+        tokens = demo.tokens
+        yield Running(
+            demo.url, tokens["JPUSHARE_TOKEN_ADMIN"], tokens["JPUSHARE_TOKEN"], demo.service
+        )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.missing import missing
-from tests.service.test_serve_demo import free_port
+from tests.service.demo_service import free_port
 
 
 def _bin_dir() -> Path | None:

@@ -17,8 +17,8 @@ import pytest
 from jpushare import store
 from tests.dispatcher.conftest import init_cluster, wait_for
 from tests.dispatcher.processes import Service, executor_runs, service_env, start_service
+from tests.service.demo_service import free_port
 from tests.service.private_postgres import PrivatePostgres
-from tests.service.test_serve_demo import free_port
 
 # A request to a service whose database is down gets its 503 within this (the engine's
 # connect timeout is 5 s); the client's own timeout is above it, so a hang fails the test.

@@ -18,7 +18,7 @@ import pytest
 
 from tests.dispatcher.conftest import wait_for
 from tests.dispatcher.processes import REPO, Service, start_service
-from tests.service.test_serve_demo import free_port
+from tests.service.demo_service import free_port
 
 
 @dataclass(frozen=True)

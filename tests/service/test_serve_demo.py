@@ -6,8 +6,6 @@ jobs submitted over HTTP that run, complete, get cancelled, reserve and start, w
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,23 +14,8 @@ import httpx
 import pytest
 
 from tests.dispatcher.conftest import wait_for
-from tests.dispatcher.processes import REPO, Service, start_service
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export ") :].partition("=")
-            out[key] = value.split()[0]
-    return out
+from tests.dispatcher.processes import Service
+from tests.service.demo_service import demo_service
 
 
 class Api:
@@ -68,30 +51,10 @@ class Api:
 
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[tuple[Service, Api, Path]]:
-    port = free_port()
-    state = tmp_path / "var"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
-    env.update(JPUSHARE_STATE_DIR=str(state), JPUSHARE_CYCLE_S="0.3")
-    service = start_service("demo", env, tmp_path, "--demo", "--port", str(port), cwd=REPO)
-    tokens = state / "demo-tokens.env"
-
-    def up() -> bool:
-        assert service.proc.poll() is None, service.log()
-        if not tokens.exists():
-            return False
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, "the demo service answers /healthz")
-        values = read_env_file(tokens)
-        assert values["JPUSHARE_URL"] == f"http://127.0.0.1:{port}"
-        yield service, Api(values["JPUSHARE_URL"], values["JPUSHARE_TOKEN"]), tmp_path
-    finally:
-        code = service.stop()
-        assert code == 0, service.log()
+    with demo_service(tmp_path, "demo", JPUSHARE_CYCLE_S="0.3") as demo:
+        values = demo.tokens
+        assert values["JPUSHARE_URL"] == demo.url
+        yield demo.service, Api(values["JPUSHARE_URL"], values["JPUSHARE_TOKEN"]), tmp_path
 
 
 def test_the_demo_service_runs_completes_cancels_and_reserves_jobs_with_a_why_at_each_step(

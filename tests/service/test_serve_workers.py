@@ -4,14 +4,12 @@ queues and dispatches jobs, it has two API workers, and it stops cleanly on SIGT
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import httpx
 
 from tests.dispatcher.conftest import wait_for
-from tests.dispatcher.processes import REPO, start_service
-from tests.service.test_serve_demo import free_port, read_env_file
+from tests.service.demo_service import demo_service, free_port
 
 
 def _children(pid: int) -> list[int]:
@@ -50,31 +48,12 @@ def _alive(pid: int) -> bool:
 
 
 def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> None:
-    port = free_port()
-    state = tmp_path / "var"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
-    env.update(JPUSHARE_STATE_DIR=str(state), JPUSHARE_CYCLE_S="0.3")
-    service = start_service(
-        "workers", env, tmp_path, "--demo", "--workers", "2", "--port", str(port), cwd=REPO
-    )
-    base = f"http://127.0.0.1:{port}"
-    tokens = state / "demo-tokens.env"
-
-    def up() -> bool:
-        assert service.proc.poll() is None, service.log()
-        if not tokens.exists():
-            return False
-        try:
-            return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     workers: list[int] = []
-    try:
-        wait_for(up, "the service with two API workers answers /healthz")
+    with demo_service(tmp_path, "workers", "--workers", "2", JPUSHARE_CYCLE_S="0.3") as demo:
+        service, base = demo.service, demo.url
         wait_for(lambda: len(_workers(service.proc.pid)) == 2, "two API worker processes")
         workers = _workers(service.proc.pid)
-        token = read_env_file(tokens)["JPUSHARE_TOKEN"]
+        token = demo.tokens["JPUSHARE_TOKEN"]
         headers = {"Authorization": f"Bearer {token}"}
         # Several connections, so that both workers are likely to take some.
         ids: list[int] = []
@@ -97,9 +76,6 @@ def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> No
             wait_for(all_completed, "the dispatcher runs the jobs to completion")
             too_big = client.post("/v1/jobs", json={"command": "true", "num_gpus": 99})
             assert too_big.status_code == 422
-    finally:
-        code = service.stop()
-        assert code == 0, service.log()
     # The supervisor stopped its workers before the main process exited.
     assert not any(_alive(pid) for pid in workers)
 
