@@ -101,8 +101,6 @@ def _attempts(live: LiveJob, clock: _Clock) -> list[Attempt]:
     job = live.job or {}
     for a in (live.attempts or {}).get("data", []):
         outcome_name = str(a.get("outcome"))
-        if outcome_name == "DISPATCH_UNDONE":  # never reached the executor
-            continue
         start = clock.trace(_time(a.get("started_at")) or _time(a.get("dispatched_at")))
         if start is None:
             continue
@@ -217,11 +215,8 @@ def job_times(jobs: Sequence[LiveJob], view: ServiceView) -> list[JobTimes]:
     clock = _Clock(view.t0, view.speed)
     out: list[JobTimes] = []
     for live in jobs:
-        first: JSON | None = None
-        for a in (live.attempts or {}).get("data", []):
-            if a.get("outcome") != "DISPATCH_UNDONE":
-                first = a
-                break
+        attempts = (live.attempts or {}).get("data", [])
+        first: JSON | None = attempts[0] if attempts else None
         out.append(
             JobTimes(
                 job_id=live.trace.job_id,
