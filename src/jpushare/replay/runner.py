@@ -31,9 +31,10 @@ from jpushare.formats.trace_file import TraceJob
 from jpushare.replay import plan
 from jpushare.replay.records import LiveJob, ServiceView, job_times, sim_result
 from jpushare.sim.report import write_outputs
+from jpushare.vocabulary import ACTIVE_STATES, JobState
 
 JSON = dict[str, Any]
-ACTIVE = ("GLOBAL_QUEUE_WAIT", "DISPATCHED", "RUNNING")
+NOT_ENDED = (JobState.GLOBAL_QUEUE_WAIT, *ACTIVE_STATES)  # queued or holding GPUs
 REPLAY_FILE = "replay.json"
 
 
@@ -265,7 +266,7 @@ class Replay:
         active: set[int] = set()
         before: int | None = None
         while True:
-            page = self.admin.jobs(states=ACTIVE, limit=1000, before_id=before)
+            page = self.admin.jobs(states=NOT_ENDED, limit=1000, before_id=before)
             active |= {int(j["id"]) for j in page["data"]} & ours
             before = page.get("next_before_id")
             if before is None:
@@ -344,7 +345,7 @@ class Replay:
         ids = {r.service_id for r in self.submitted.values() if r.service_id is not None}
         for name in self.user_names:
             try:
-                page = self.admin.jobs(states=ACTIVE, user=name, limit=1000)
+                page = self.admin.jobs(states=NOT_ENDED, user=name, limit=1000)
             except ApiError:
                 continue
             ids |= {int(j["id"]) for j in page["data"]}
