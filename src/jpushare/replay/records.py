@@ -28,16 +28,21 @@ from jpushare.sim.engine import (
     TraceJobResult,
     TraceJobState,
 )
+from jpushare.vocabulary import JobState
 
 JSON = dict[str, Any]
 
-_OUTCOMES = {
-    "COMPLETED": AttemptEnd.COMPLETED,
+_OUTCOMES = {  # an attempt's outcome, as the API writes it
+    JobState.COMPLETED: AttemptEnd.COMPLETED,
     "OOM_REQUEUED": AttemptEnd.OOM,
     "NODE_FAIL_REQUEUED": AttemptEnd.NODE_DOWN,
-    "CANCELLED": AttemptEnd.CANCELLED,
+    JobState.CANCELLED: AttemptEnd.CANCELLED,
 }
-_ENDED = {"COMPLETED": TraceJobState.COMPLETED, "FAILED": TraceJobState.FAILED}
+_ENDED: dict[str, TraceJobState] = {
+    JobState.COMPLETED: TraceJobState.COMPLETED,
+    JobState.FAILED: TraceJobState.FAILED,
+    JobState.CANCELLED: TraceJobState.CANCELLED,
+}
 _MEMORY = re.compile(r"out of memory", re.IGNORECASE)
 
 
@@ -107,7 +112,7 @@ def _attempts(live: LiveJob, clock: _Clock) -> list[Attempt]:
         end = clock.trace(_time(a.get("ended_at")))
         if outcome_name in _OUTCOMES:
             outcome = _OUTCOMES[outcome_name]
-        elif outcome_name == "FAILED":
+        elif outcome_name == JobState.FAILED:
             reason = str(a.get("reason") or job.get("reason") or "")
             outcome = AttemptEnd.OOM if _MEMORY.search(reason) else AttemptEnd.COMPLETED
         else:  # still dispatched or running when the replay stopped waiting
@@ -132,9 +137,7 @@ def _state(live: LiveJob, attempts: Sequence[Attempt]) -> TraceJobState:
     state = str(live.job.get("state"))
     if state in _ENDED:
         return _ENDED[state]
-    if state == "CANCELLED":
-        return TraceJobState.CANCELLED
-    return TraceJobState.RUNNING if attempts and state == "RUNNING" else TraceJobState.QUEUED
+    return TraceJobState.RUNNING if attempts and state == JobState.RUNNING else TraceJobState.QUEUED
 
 
 def _reservations(live: LiveJob, clock: _Clock) -> list[ReservationRecord]:

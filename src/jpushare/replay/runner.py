@@ -31,7 +31,7 @@ from jpushare.formats.trace_file import TraceJob
 from jpushare.replay import plan
 from jpushare.replay.records import LiveJob, ServiceView, job_times, sim_result
 from jpushare.sim.report import write_outputs
-from jpushare.vocabulary import ACTIVE_STATES, JobState
+from jpushare.vocabulary import ACTIVE_STATES, ENDED_STATES, JobState
 
 JSON = dict[str, Any]
 NOT_ENDED = (JobState.GLOBAL_QUEUE_WAIT, *ACTIVE_STATES)  # queued or holding GPUs
@@ -232,8 +232,8 @@ class Replay:
             if not job.oom_on or record.service_id is None or -1 in record.markers:
                 continue
             state = self.admin.job(record.service_id)
-            if state["state"] not in ("DISPATCHED", "RUNNING"):
-                if state["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            if state["state"] not in ACTIVE_STATES:
+                if state["state"] in ENDED_STATES:
                     record.markers.add(-1)  # ended: never asked again
                 continue
             attempt = int(state["attempts"])
