@@ -42,7 +42,7 @@ from jpushare.formats.cluster_file import ClusterSpec
 from jpushare.formats.trace_file import TraceJob
 from jpushare.policy.watch import percentile
 from jpushare.sim.engine import SimResult, simulate
-from jpushare.sim.report import fmt_number, jobs_csv, summary
+from jpushare.sim.report import fmt_number, jobs_csv, row_first_start, summary
 
 PHASE_SHIFTS = (0.25, 0.5, 0.75)  # of a cycle
 # Summary figures whose simulated range the service's value is checked against.
@@ -159,15 +159,6 @@ class JobComparison:
         return "; ".join(out)
 
 
-def _float(text: str) -> float | None:
-    return float(text) if text.strip() else None
-
-
-def first_start(row: Mapping[str, str]) -> float | None:
-    wait = _float(row["wait_s"])
-    return None if wait is None else float(row["submit_time"]) + wait
-
-
 def placement(row: Mapping[str, str]) -> str:
     return f"{row['node']}/{row['tier']}" if row["node"] else ""
 
@@ -200,8 +191,8 @@ def compare_rows(
                 num_gpus=int(s["num_gpus"]),
                 sim_state=s["state"],
                 live_state=r["state"],
-                sim_start=first_start(s),
-                live_start=first_start(r),
+                sim_start=row_first_start(s),
+                live_start=row_first_start(r),
                 live_dispatch=dispatch.get(s["job_id"]),
                 sim_placement=placement(s),
                 live_placement=placement(r),

@@ -11,7 +11,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,13 @@ def jobs_csv(result: SimResult) -> str:
     for job in result.jobs:
         w.writerow(job_row(job))
     return out.getvalue()
+
+
+def row_first_start(row: Mapping[str, str]) -> float | None:
+    """A jobs.csv row's first start, `submit_time + wait_s` (`start_time` is the last
+    attempt's; the first is what a user waits for); None if the job never started."""
+    wait = row["wait_s"].strip()
+    return float(row["submit_time"]) + float(wait) if wait else None
 
 
 def wait_stats(waits: Iterable[float]) -> dict[str, Any]:

@@ -1,7 +1,6 @@
 """Does one run predict another? Job by job, from two jobs.csv files (pure after reading).
 
-A job's *first start* is `submit_time + wait_s` (jobs.csv keeps the last attempt's start in
-`start_time`; the first is what a user waits for). Over the jobs that started in both runs:
+A job's *first start* is `sim.report.row_first_start`. Over the jobs that started in both runs:
 how far apart their first starts are, what share is within a tolerance, and how often they
 ran on the same node; per GPU count too.
 """
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jpushare.policy.watch import percentile
-from jpushare.sim.report import fmt_duration
+from jpushare.sim.report import fmt_duration, row_first_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +31,7 @@ def read_jobs_csv(path: str | Path) -> dict[str, Row]:
     with open(path, encoding="utf-8", newline="") as f:
         out: dict[str, Row] = {}
         for r in csv.DictReader(f):
-            wait = r["wait_s"]
-            start = float(r["submit_time"]) + float(wait) if wait else None
+            start = row_first_start(r)
             out[r["job_id"]] = Row(r["job_id"], int(r["num_gpus"]), r["state"], start, r["node"])
         return out
 
