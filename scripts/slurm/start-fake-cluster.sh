@@ -22,7 +22,8 @@
 #     node-c 16 CPUs  32000 MB  gpu:rtx4090:4,gpu:rtx5090:4   (mixed)
 #     node-d  4 CPUs   8000 MB  gpu:rtx3080ti:2
 #   partitions: gpu (default; node-a..d), legacy (node-d)
-#   GPUs are symlinks to /dev/null, so jobs get CUDA_VISIBLE_DEVICES/SLURM_JOB_GPUS.
+#   GPUs are character devices no driver answers (see 3.), so jobs get
+#   CUDA_VISIBLE_DEVICES/SLURM_JOB_GPUS and the device cgroup keeps them to their own.
 #
 # Idempotent: stops a cluster it started before (by pid file), rewrites configs,
 # starts munged (if not already answering), slurmctld, 4 x slurmd, waits for all
@@ -126,16 +127,34 @@ fi
 mkdir -p "$R"/{ctld,log,run,smoke} "$ETC"
 declare -A GPUS=( [node-a]="rtx4090:2" [node-b]="rtx5090:4"
                   [node-c]="rtx4090:4 rtx5090:4" [node-d]="rtx3080ti:2" )
+# Each fake GPU is a character device of NVIDIA's major (195) with a minor of its own
+# (node-a 0-1, node-b 10-13, node-c 20-27, node-d 30-31): no driver answers it (opening it
+# gives ENXIO), but the device cgroup tells one GPU from another, so ConstrainDevices=yes
+# can deny a job the GPUs it was not given (EPERM), as on a real node.  Without CAP_MKNOD
+# the fallback is a symlink to /dev/null: slurmd only stat()s File= and wants a char/block
+# device (a plain file is rejected: "is not a valid character or block device", and then
+# no CUDA_VISIBLE_DEVICES), but then every GPU is the same device and ConstrainDevices
+# would deny /dev/null itself, so it stays off.
+DEVICES=mknod
+node_no=0
 for n in "${NODES[@]}"; do
   mkdir -p "$R/spool/$n" "$R/dev/$n"
   total=0; for g in ${GPUS[$n]}; do total=$((total + ${g#*:})); done
   for ((i = 0; i < total; i++)); do
-    # slurmd only stat()s File= and wants a char/block device: a symlink to
-    # /dev/null passes (no CAP_MKNOD needed).  A plain file is rejected
-    # ("is not a valid character or block device") and then no CUDA_VISIBLE_DEVICES.
-    ln -sfn /dev/null "$R/dev/$n/nvidia$i"
+    f="$R/dev/$n/nvidia$i"
+    rm -f "$f"
+    if [ "$DEVICES" = mknod ] && ! mknod -m 0666 "$f" c 195 $((node_no * 10 + i)) 2>/dev/null; then
+      DEVICES=symlink
+    fi
+    [ "$DEVICES" = symlink ] && ln -sfn /dev/null "$f"
   done
+  node_no=$((node_no + 1))
 done
+if [ "$DEVICES" = symlink ]; then   # mixed nodes would be worse than none
+  for n in "${NODES[@]}"; do
+    for f in "$R/dev/$n"/nvidia*; do rm -f "$f"; ln -sfn /dev/null "$f"; done
+  done
+fi
 
 # ------------------------------------------------------------ 4. cgroup mode
 cgroup_v1_ok() {
@@ -234,6 +253,7 @@ CgroupAutomount=no
 ConstrainRAMSpace=yes
 ConstrainSwapSpace=yes
 AllowedSwapSpace=0
+$([ "$DEVICES" = mknod ] && echo ConstrainDevices=yes)
 EOF
   else
     rm -f "$ETC/cgroup.conf"
@@ -318,7 +338,7 @@ start_all() {
   if [ "$SMOKE" = 1 ]; then smoke || return 1; fi
 }
 
-log "mode=$MODE root=$R"
+log "mode=$MODE devices=$DEVICES root=$R"
 if ! start_all; then
   if [ "$MODE" = cgroup ] && [ "$CGROUP" = auto ]; then
     log "cgroup mode failed; falling back to the cgroup-free configuration"
