@@ -1,8 +1,8 @@
 """What Slurm's cgroup plugins keep a job to, on the fake cluster.
 
 The cluster (scripts/slurm/start-fake-cluster.sh) runs proctrack/cgroup and task/cgroup
-with ConstrainRAMSpace and ConstrainDevices (its cgroup.conf), as the README asks of a site. A job started through
-`SlurmExecutor` therefore opens only the GPUs it was given (the fake GPUs are character
+with ConstrainRAMSpace and ConstrainDevices (its cgroup.conf), as the README asks of a site.
+A job started through `SlurmExecutor` therefore opens only the GPUs it was given (the fake GPUs are character
 devices no driver answers: its own fails with ENXIO, another's with EPERM from the device
 cgroup), and nothing it starts outlives its end: a `setsid` child dies with a cancel and
 with the end of the batch script, as Slurm's proctrack kills the job's whole cgroup.
