@@ -1,11 +1,12 @@
 """What Slurm's cgroup plugins keep a job to, on the fake cluster.
 
 The cluster (scripts/slurm/start-fake-cluster.sh) runs proctrack/cgroup and task/cgroup
-with ConstrainRAMSpace and ConstrainDevices (its cgroup.conf), as the README asks of a site.
-A job started through `SlurmExecutor` therefore opens only the GPUs it was given (the fake GPUs are character
-devices no driver answers: its own fails with ENXIO, another's with EPERM from the device
-cgroup), and nothing it starts outlives its end: a `setsid` child dies with a cancel and
-with the end of the batch script, as Slurm's proctrack kills the job's whole cgroup.
+with ConstrainRAMSpace and ConstrainDevices (its cgroup.conf), as the README asks of a
+site. A job started through `SlurmExecutor` therefore opens only the GPUs it was given
+(the fake GPUs are character devices no driver answers: its own fails with ENXIO,
+another's with EPERM from the device cgroup), and nothing it starts outlives its end: a
+`setsid` child dies with a cancel and with the end of the batch script, as Slurm's
+proctrack kills the job's whole cgroup.
 """
 
 from __future__ import annotations
@@ -97,14 +98,14 @@ def test_a_job_opens_only_its_own_gpu(executor: SlurmExecutor) -> None:
     probe = (
         "python3 -c '\n"
         "import errno, os, glob\n"
-        f"for path in sorted(glob.glob(\"{FAKE_ROOT}/dev/node-b/nvidia*\")):\n"
+        f'for path in sorted(glob.glob("{FAKE_ROOT}/dev/node-b/nvidia*")):\n'
         "    try:\n"
         "        os.close(os.open(path, os.O_RDONLY))\n"
-        "        what = \"OPENED\"\n"
+        '        what = "OPENED"\n'
         "    except OSError as exc:\n"
         "        what = errno.errorcode[exc.errno]\n"
-        "    print(\"dev\", path.rsplit(\"nvidia\", 1)[1], what)\n"
-        "print(\"gpus\", os.environ.get(\"SLURM_JOB_GPUS\"))\n"
+        '    print("dev", path.rsplit("nvidia", 1)[1], what)\n'
+        'print("gpus", os.environ.get("SLURM_JOB_GPUS"))\n'
         "'"
     )
     s = _spec(probe)
