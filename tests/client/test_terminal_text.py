@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+
 import pytest
 
 from jpushare import store
@@ -64,14 +65,20 @@ def test_tables_and_answers_are_cleaned_and_json_stays_exact() -> None:
     assert not UNSAFE.search(out.replace("\n", " "))  # and nothing a terminal acts on
 
 
-def as_user(served: Served, user: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def as_user(
+    served: Served,  # noqa: F811
+    user: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The CLI's next commands act as `user` (token and URL from the environment)."""
     monkeypatch.setenv("JPUSHARE_TOKEN", served.tokens[user])
     monkeypatch.setenv("JPUSHARE_URL", served.url)
 
 
 def test_every_printing_path_of_the_cli_strips_control_characters(
-    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    served: Served,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Through the real CLI against a real service: nothing alice put in her job's name,
     command or reason reaches bob's (or her own) terminal as a control character."""
@@ -124,7 +131,9 @@ def test_every_printing_path_of_the_cli_strips_control_characters(
 
 
 def test_a_server_error_message_and_lab_names_are_cleaned(
-    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    served: Served,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A message the server words with names in it (whose job it is), and the labs table."""
     lab = "\x1b]0;owned\x07gamma\x1b[2J"

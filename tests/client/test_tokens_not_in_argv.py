@@ -57,7 +57,9 @@ def test_a_token_given_as_an_argument_is_refused(
 
 
 def test_the_token_is_read_from_a_file_stdin_or_the_environment(
-    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    served: Served,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     queue = ["queue", "--url", served.url, "--json"]
     assert main([*queue, "--token-file", served.token_file(served.tokens["alice"])]) == 0
@@ -74,9 +76,13 @@ def test_the_token_is_read_from_a_file_stdin_or_the_environment(
     empty = served.tmp / "empty"
     empty.write_text("\n")
     assert main([*queue, "--token-file", str(empty)]) == 1
-    assert capsys.readouterr().err == f"error CONFIG: {empty}: no token in it (one line: the token)\n"
+    assert (
+        capsys.readouterr().err == f"error CONFIG: {empty}: no token in it (one line: the token)\n"
+    )
     assert main([*queue, "--token-file", str(served.tmp / "missing")]) == 1
-    assert capsys.readouterr().err.startswith(f"error CONFIG: {served.tmp / 'missing'}: cannot read")
+    assert capsys.readouterr().err.startswith(
+        f"error CONFIG: {served.tmp / 'missing'}: cannot read"
+    )
 
 
 FAKE_BROWSER = """#!{python}

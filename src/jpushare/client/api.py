@@ -164,7 +164,10 @@ class Client:
         if not self.printable or isinstance(answer, str):
             return answer
         if path.endswith("/log") and isinstance(answer, dict):
-            return {**printable({k: v for k, v in answer.items() if k != "log"}), "log": answer.get("log", "")}
+            return {
+                **printable({k: v for k, v in answer.items() if k != "log"}),
+                "log": answer.get("log", ""),
+            }
         return printable(answer)
 
     def _answer(self, method: str, path: str, json: Any, params: Mapping[str, Any]) -> Any:

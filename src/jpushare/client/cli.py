@@ -18,19 +18,22 @@
 Every command takes `--url URL`, `--token-file PATH` (`-`: stdin; see
 `jpushare.client.config` for JPUSHARE_URL, JPUSHARE_TOKEN and the config file; a token
 given as an argument is refused, as every user of the host can read argv) and `--json`
-(the API's JSON on stdout, for scripts). Without a token, on a host with MUNGE (every host of a Slurm cluster), each
-request carries a fresh MUNGE credential instead: the service knows you by your Unix
-account; a configured token wins over MUNGE. Output is a table or a sentence a person can
-read; times are relative ("3m ago"). Every string the API answers (names, users, labs,
-commands, reasons, why sentences, error messages) is printed through
-`formatting.clean`: no control character or escape sequence another user put there
-reaches the terminal (`--json` prints the answer exactly). `log` prints the job's output
-as it is when the job is the caller's own (as `cat`); another user's (a pi's or an
-admin's view) is shown through `formatting.clean_output` unless `--raw`. `submit -- CMD…`: one argument is taken as a shell
-command as is (`-- 'python a.py && echo done'`), several are quoted and joined
-(`-- python a.py --lr 0.1`). Like sbatch, `submit` sends the current directory (`--chdir`)
-and environment (`--export`, default ALL; the client's own JPUSHARE_* settings, e.g. the
-token, are left out unless named): the job runs there, with them, as you.
+(the API's JSON on stdout, for scripts). Without a token, on a host with MUNGE (every
+host of a Slurm cluster), each request carries a fresh MUNGE credential instead: the
+service knows you by your Unix account; a configured token wins over MUNGE. Output is a
+table or a sentence a person can read; times are relative ("3m ago"). `submit -- CMD…`:
+one argument is taken as a shell command as is (`-- 'python a.py && echo done'`), several
+are quoted and joined (`-- python a.py --lr 0.1`). Like sbatch, `submit` sends the
+current directory (`--chdir`) and environment (`--export`, default ALL; the client's own
+JPUSHARE_* settings, e.g. the token, are left out unless named): the job runs there, with
+them, as you.
+
+Every string the API answers (names, users, labs, commands, reasons, why sentences, error
+messages) is printed through `formatting.clean`: no control character or escape sequence
+another user put there reaches the terminal, and a newline or tab in it prints as a space
+(`--json` prints the answer exactly). `log` prints the job's output as it is when the job
+is the caller's own (as `cat` would); another user's (a pi's or an admin's view) goes
+through `formatting.clean_output` (its lines kept) unless `--raw`.
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
 `error CODE: message`); 2 bad usage.

@@ -50,7 +50,7 @@ def signin_page(link: str) -> str:
     attr = html.escape(link, quote=True)
     script = json.dumps(link).replace("<", "\\u003c").replace(">", "\\u003e")
     return (
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\">\n"
+        '<!doctype html>\n<html><head><meta charset="utf-8">\n'
         '<meta name="referrer" content="no-referrer">\n'
         f'<meta http-equiv="refresh" content="0;url={attr}">\n'
         "<title>JPU-Share sign-in</title>\n"
@@ -133,7 +133,9 @@ def run_web(args: argparse.Namespace, out: TextIO | None = None) -> int:
         except KeyboardInterrupt:
             return 130
         if not opened:
-            print("error BROWSER: no browser could be started: open the link above", file=sys.stderr)
+            print(
+                "error BROWSER: no browser could be started: open the link above", file=sys.stderr
+            )
             return EXIT_ERROR
     return EXIT_OK
 
@@ -145,7 +147,5 @@ def register_web(subparsers: Any) -> None:
     p.add_argument("--url", help="the API (default: $JPUSHARE_URL, the config file, localhost)")
     add_token_options(p)
     p.add_argument("--open", action="store_true", help="also open it in the default browser")
-    p.add_argument(
-        "--page-lifetime", type=float, default=PAGE_LIFETIME_S, help=argparse.SUPPRESS
-    )
+    p.add_argument("--page-lifetime", type=float, default=PAGE_LIFETIME_S, help=argparse.SUPPRESS)
     p.set_defaults(func=run_web)

@@ -106,10 +106,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jpushare.client.token_args import TokenFileError, read_token_file
     from jpushare.formats.errors import FormatError
     from jpushare.formats.trace_file import load_trace
-
-    from jpushare.client.token_args import TokenFileError, read_token_file
 
     parser: argparse.ArgumentParser = args.replay_parser
     try:
