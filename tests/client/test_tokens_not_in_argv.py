@@ -121,7 +121,9 @@ def test_web_open_hands_the_browser_a_private_page_not_the_token(tmp_path: Path)
     }
     (tmp_path / "none.json").write_text("{}")
     done = subprocess.run(
-        [sys.executable, "-m", "jpushare.client.cli", "web", "--open"],
+        # (the fake browser has read the page when it returns: a short wait is plenty on
+        # a noatime mount, where the read cannot be seen)
+        [sys.executable, "-m", "jpushare.client.cli", "web", "--open", "--page-lifetime", "5"],
         env=env,
         capture_output=True,
         text=True,

@@ -75,10 +75,12 @@ def add_token_options(
     group: argparse._ActionsContainer,
     *,
     option: str = "--token",
-    env: str = "$JPUSHARE_TOKEN",
+    env: str = "JPUSHARE_TOKEN",
     default_help: str = "$JPUSHARE_TOKEN, the config file",
+    config_file: bool = True,
 ) -> None:
-    """`OPTION-file PATH` (dest `<option>_file`), and `OPTION` itself refused."""
+    """`OPTION-file PATH` (dest `<option>_file`), and `OPTION` itself refused; its message
+    names `env` (and the client's config file where `config_file`)."""
     group.add_argument(
         f"{option}-file",
         metavar="PATH",
@@ -87,5 +89,6 @@ def add_token_options(
     group.add_argument(
         option,
         action=RefuseTokenAction,
-        instead=f"set {env}, or use {option}-file PATH ('-' reads it from stdin)",
+        instead=f"set {env}{', put it in the config file' if config_file else ''}, or use "
+        f"{option}-file PATH ('-' reads it from stdin)",
     )

@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
         option="--admin-token",
         env="JPUSHARE_ADMIN_TOKEN",
         default_help="$JPUSHARE_ADMIN_TOKEN, else $JPUSHARE_TOKEN",
+        config_file=False,
     )
     p.add_argument("--out", type=Path, metavar="DIR", help="where jobs.csv, summary.json go")
     p.add_argument(
