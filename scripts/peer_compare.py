@@ -77,11 +77,11 @@ def step_slice() -> None:
     print(f"wrote {TRACE}: {len(rows)} jobs", file=sys.stderr)
 
 
-def _jpushare(*args: str) -> None:
+def _jpushare(*args: str, env: dict[str, str] | None = None) -> None:
+    """Run `jpushare ARGS`; a token goes in `env`, never in argv (any user reads that)."""
     cmd = [sys.executable, "-m", "jpushare.cli", *args]
-    shown = [("***" if i and args[i - 1] == "--admin-token" else a) for i, a in enumerate(args)]
-    print("+ jpushare " + " ".join(shown), file=sys.stderr)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    print("+ jpushare " + " ".join(args), file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=ROOT, env=None if env is None else {**os.environ, **env})
 
 
 def step_slurm(out: Path, speed: float, name: str = "slurm") -> None:
@@ -145,8 +145,9 @@ def step_jpushare(out: Path, speed: float, name: str = "jpushare", port: int = 8
             except OSError:
                 time.sleep(0.5)
         _jpushare(
-            "replay", "--trace", TRACE, "--server", url, "--admin-token", token,
+            "replay", "--trace", TRACE, "--server", url,
             "--speed", f"{speed:g}", "--out", str(out / name), "--unix-user", "root",
+            env={"JPUSHARE_ADMIN_TOKEN": token},
         )  # fmt: skip
     finally:
         serve.terminate()

@@ -30,12 +30,21 @@ class Served:
         busy: dict[tuple[str, str], int],
         factory: sessionmaker[Session],
         clock: Clock,
+        tmp: Path,
     ):
+        self.tmp = tmp
         self.url = url
         self.tokens = tokens
         self.busy = busy
         self.sessions = factory
         self.clock = clock
+
+    def token_file(self, secret: str) -> str:
+        """A file holding `secret`, for --token-file (a token is never an argument)."""
+        path = self.tmp / f"token-{len(list(self.tmp.glob('token-*')))}"
+        path.write_text(secret + "\n")
+        path.chmod(0o600)
+        return str(path)
 
     def cycle(self) -> None:
         """One dispatcher cycle's database work (as tests/api's `ApiWorld.cycle`)."""
@@ -59,13 +68,14 @@ def served(
     (tmp_path / "client.json").write_text("{}")
     monkeypatch.setenv("JPUSHARE_CLIENT_CONFIG", str(tmp_path / "client.json"))
     with running_server(app) as url:
-        yield Served(url, tokens, busy, sessions, clock)
+        yield Served(url, tokens, busy, sessions, clock, tmp_path)
 
 
 def cli(
     served: Served, user: str, *argv: str, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, str, str]:
-    code = main([argv[0], "--url", served.url, "--token", served.tokens[user], *argv[1:]])
+    token_file = served.token_file(served.tokens[user])
+    code = main([argv[0], "--url", served.url, "--token-file", token_file, *argv[1:]])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -163,12 +173,12 @@ def test_errors_are_one_line_with_the_code(
     assert code == 1 and err.startswith("error VALIDATION_ERROR: num_gpus:")
     code, _, err = cli(served, "alice", "why", "999", capsys=capsys)
     assert (code, err.strip()) == (1, "error NOT_FOUND: no job 999")
-    code = main(["queue", "--url", served.url, "--token", "jps_wrong"])
+    code = main(["queue", "--url", served.url, "--token-file", served.token_file("jps_wrong")])
     assert code == 1 and capsys.readouterr().err.startswith("error UNAUTHENTICATED:")
     monkeypatch.setattr("jpushare.client.cli.default_munge", lambda: None)
     code = main(["queue", "--url", served.url])
     assert code == 1 and "error UNAUTHENTICATED: no token and no MUNGE" in capsys.readouterr().err
-    code = main(["queue", "--url", "http://127.0.0.1:9", "--token", "jps_x"])
+    code = main(["queue", "--url", "http://127.0.0.1:9", "--token-file", served.token_file("x")])
     assert code == 1 and capsys.readouterr().err.startswith("error UNREACHABLE:")
 
 
@@ -214,8 +224,8 @@ def test_without_a_token_the_cli_signs_in_with_munge(
     code = main(["jobs", "--url", served.url, "--mine", "--json"])
     assert code == 0
     assert [j["user"] for j in json.loads(capsys.readouterr().out)["data"]] == ["root"]
-    code = main(["submit", "--url", served.url, "--token", served.tokens["bob"], "--json",
-                 "--gpus", "1", "--", "true"])  # fmt: skip
+    code = main(["submit", "--url", served.url, "--token-file", served.token_file(
+        served.tokens["bob"]), "--json", "--gpus", "1", "--", "true"])  # fmt: skip
     assert code == 0 and json.loads(capsys.readouterr().out)["user"] == "bob"
 
 

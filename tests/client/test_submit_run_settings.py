@@ -58,9 +58,15 @@ def test_sizes_print_in_their_shortest_exact_form() -> None:
 class StubApi:
     """Answers `log` from a list of pages, recording the offsets asked."""
 
-    def __init__(self, pages: list[dict[str, Any]]) -> None:
+    def __init__(self, pages: list[dict[str, Any]], mine: bool = True) -> None:
         self.pages = pages
         self.offsets: list[int] = []
+        self.mine = mine
+
+    def jobs(self, *, mine: bool, before_id: int, limit: int) -> Any:
+        """The caller's newest job up to `before_id - 1`: job 7 when it is theirs."""
+        assert mine and limit == 1
+        return {"data": [{"id": 7}] if self.mine and before_id > 7 else [{"id": 3}]}
 
     def log(self, job: int, attempt: int | None, *, stderr: bool, offset: int = 0) -> Any:
         self.offsets.append(offset)
@@ -81,6 +87,7 @@ def page(log: str, state: str, offset: int, next_offset: int) -> dict[str, Any]:
 
 def args(**kw: Any) -> argparse.Namespace:
     base = {"job": 7, "attempt": None, "stderr": False, "follow": False, "poll": 0.001}
+    base["raw"] = False
     return argparse.Namespace(json=False, **(base | kw))
 
 
@@ -103,3 +110,28 @@ def test_follow_reads_on_from_where_it_stopped_until_the_job_ends() -> None:
     _log(api, args(follow=True), out, datetime.now(UTC))  # type: ignore[arg-type]
     assert out.getvalue() == "a\nb\n"
     assert api.offsets == [0, 2, 2, 4]
+
+
+OUTPUT = "epoch 1\r\x1b[2K\x1b[32mepoch 2\x1b[0m\n\x1b]52;c;cm0gLXJmIH4=\x07done\ttab\n"
+
+
+def test_the_owners_log_is_their_output_as_it_is() -> None:
+    out = io.StringIO()
+    _log(StubApi([page(OUTPUT, "COMPLETED", 0, 9)]), args(), out, datetime.now(UTC))  # type: ignore[arg-type]
+    assert out.getvalue() == OUTPUT
+
+
+def test_another_users_log_reaches_the_terminal_without_control_characters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A pi (or an admin) reading a student's output: no escape sequence of the job's
+    (screen clears, OSC 52 clipboard writes) is passed on, unless --raw."""
+    api = StubApi([page(OUTPUT, "COMPLETED", 0, 9)], mine=False)
+    out = io.StringIO()
+    _log(api, args(), out, datetime.now(UTC))  # type: ignore[arg-type]
+    assert out.getvalue() == "epoch 1\nepoch 2\ndone\ttab\n"
+    assert "another user's" in capsys.readouterr().err
+    raw = io.StringIO()
+    api = StubApi([page(OUTPUT, "COMPLETED", 0, 9)], mine=False)
+    _log(api, args(raw=True), raw, datetime.now(UTC))  # type: ignore[arg-type]
+    assert raw.getvalue() == OUTPUT

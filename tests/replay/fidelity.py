@@ -32,7 +32,11 @@ SLURM = Tolerance(below_baseline=0.3, utilization_points=0.2, wait_factor=1.75)
 
 def replay_and_compare(s: Running, tmp_path: Path, tolerance: Tolerance) -> None:
     out = tmp_path / "live"
-    args = ["replay", "--trace", str(TRACE), "--server", s.url, "--admin-token", s.admin_token]
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(s.admin_token + "\n")
+    token_file.chmod(0o600)
+    args = ["replay", "--trace", str(TRACE), "--server", s.url]
+    args += ["--admin-token-file", str(token_file)]
     assert main([*args, "--speed", str(SPEED), "--out", str(out), "--no-progress"]) == 0
     report, fig, _ = compare_dirs(
         None, out, None, tmp_path / "cmp", cluster=load_cluster(CLUSTER), trace=load_trace(TRACE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -32,15 +33,21 @@ def service(tmp_path: Path) -> Iterator[Running]:
     yield from serve(tmp_path, 0.3)
 
 
-def replay_args(s: Running, trace: Path, out: Path, *more: str) -> list[str]:
+def replay_args(
+    s: Running, trace: Path, out: Path, *more: str, token: str | None = None
+) -> list[str]:
+    """The replay's arguments; the token goes in a file beside `out` (never in argv)."""
+    token_file = out.parent / "admin-token"
+    token_file.write_text((token or s.admin_token) + "\n")
+    token_file.chmod(0o600)
     return [
         "replay",
         "--trace",
         str(trace),
         "--server",
         s.url,
-        "--admin-token",
-        s.admin_token,
+        "--admin-token-file",
+        str(token_file),
         "--speed",
         "30",
         "--out",
@@ -117,6 +124,9 @@ def test_a_service_that_holds_jobs_is_refused_and_ctrl_c_cancels_what_was_submit
         return list(jobs.json()["data"])
 
     wait_for(lambda: len(replay_jobs()) >= 2, "the replay has submitted two jobs")
+    # Every user of the host can read the replay's arguments: the token is not in them.
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    assert b"--admin-token-file" in cmdline and service.admin_token.encode() not in cmdline
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -125,15 +135,21 @@ def test_a_service_that_holds_jobs_is_refused_and_ctrl_c_cancels_what_was_submit
 
 
 def test_bad_input_and_an_unreachable_service_are_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("JPUSHARE_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("JPUSHARE_TOKEN", raising=False)
     with pytest.raises(SystemExit) as exc:
         main(["replay", "--trace", "t.csv"])
     assert exc.value.code == 2
-    assert "required: --server, --admin-token, --out" in capsys.readouterr().err
+    assert (
+        "required: --server, --admin-token-file (or $JPUSHARE_ADMIN_TOKEN), --out"
+        in capsys.readouterr().err
+    )
     trace = tmp_path / "trace.csv"
     trace.write_text("job_id,submit_time,duration,num_gpus,lab\nj,0,1,9,NLP\n")
-    base = ["replay", "--trace", str(trace), "--admin-token", "x", "--out", str(tmp_path)]
+    base = ["replay", "--trace", str(trace), "--out", str(tmp_path)]
+    monkeypatch.setenv("JPUSHARE_ADMIN_TOKEN", "jps_from_the_environment")
     assert main([*base, "--server", "http://127.0.0.1:9"]) == 2
     assert "num_gpus must be 1-8" in capsys.readouterr().err
     trace.write_text("job_id,submit_time,duration,num_gpus,lab\nj,0,1,1,NLP\n")
@@ -147,7 +163,35 @@ def test_a_token_that_is_not_an_admins_is_refused(
 ) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_text("job_id,submit_time,duration,num_gpus,lab\nj,0,1,1,NLP\n")
-    args = replay_args(service, trace, tmp_path / "out")
-    args[args.index(service.admin_token)] = service.user_token
+    args = replay_args(service, trace, tmp_path / "out", token=service.user_token)
     assert main(args) == 2
     assert "the admin token was refused" in capsys.readouterr().err
+
+
+def test_an_admin_token_in_argv_is_refused_and_the_file_and_stdin_ways_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "jps_admin_secret_in_argv"
+    for given in (["--admin-token", secret], [f"--admin-token={secret}"], ["--admin-token"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["replay", "--trace", "t.csv", *given, "--out", str(tmp_path)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and secret not in err
+        assert "--admin-token-file PATH" in err and "JPUSHARE_ADMIN_TOKEN" in err
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus,lab\nj,0,1,1,NLP\n")
+    base = ["replay", "--trace", str(trace), "--server", "http://127.0.0.1:9"]
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert main([*base, "--admin-token-file", str(empty), "--out", str(tmp_path)]) == 2
+    assert "no token in it" in capsys.readouterr().err
+    # Read from a file, or from stdin: the run goes on to the (unreachable) service.
+    token_file = tmp_path / "token"
+    token_file.write_text("jps_x\n")
+    assert main([*base, "--admin-token-file", str(token_file), "--out", str(tmp_path)]) == 1
+    assert "the service does not answer" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("jps_x\n"))
+    assert main([*base, "--admin-token-file", "-", "--out", str(tmp_path)]) == 1
+    assert "the service does not answer" in capsys.readouterr().err

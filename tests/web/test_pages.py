@@ -167,9 +167,10 @@ def test_jpushare_web_prints_the_sign_in_link_of_its_token(
     monkeypatch.setenv("JPUSHARE_CLIENT_CONFIG", str(tmp_path / "client.json"))
     monkeypatch.delenv("JPUSHARE_TOKEN", raising=False)
     out = io.StringIO()
-    args = Namespace(url="http://head:8000/", token="jps_a/b+c", open=False)
+    (tmp_path / "token").write_text("jps_a/b+c\n")
+    args = Namespace(url="http://head:8000/", token_file=str(tmp_path / "token"), open=False)
     assert run_web(args, out) == 0
     assert out.getvalue() == "http://head:8000/signin#token=jps_a%2Fb%2Bc\n"
     assert out.getvalue().strip() == dashboard_link("http://head:8000", "jps_a/b+c")
-    assert run_web(Namespace(url=None, token=None, open=False), io.StringIO()) == 1
+    assert run_web(Namespace(url=None, token_file=None, open=False), io.StringIO()) == 1
     assert "error UNAUTHENTICATED" in capsys.readouterr().err

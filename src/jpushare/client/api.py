@@ -7,6 +7,11 @@ UNREACHABLE; tests can pass `transport=httpx.MockTransport(handler)`.
 Authentication: a token (`Authorization: Bearer …`) when one is given; else, with a
 `Munge`, a fresh MUNGE credential per request naming that request (`MungeAuth`), the way
 Slurm's commands authenticate: no token needed on a host of the cluster.
+
+`printable=True` (the CLI's human output) passes every answer and error message through
+`formatting.printable`, so no string another user wrote reaches the terminal with its
+control characters; a log's text is left as it is (the CLI decides, knowing whose it is).
+Scripts and `--json` get the API's answers exactly.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ _skip_httpx_command_line()
 
 import httpx  # noqa: E402 (after the stub above)
 
+from jpushare.client.formatting import clean, printable  # noqa: E402
 from jpushare.munge import Munge, MungeError, request_payload  # noqa: E402
 
 JSON = dict[str, Any]
@@ -107,6 +113,7 @@ class Client:
         munge: Munge | None = None,
         timeout_s: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        printable: bool = False,
     ) -> None:
         headers = {"Accept": "application/json", "User-Agent": "jpushare-client"}
         auth: httpx.Auth | None = None
@@ -115,6 +122,7 @@ class Client:
         elif munge is not None:
             auth = MungeAuth(munge)
         self.url = url.rstrip("/")
+        self.printable = printable
         if transport is None and _plain_http_without_proxy(self.url):
             transport = httpx.HTTPTransport(verify=False)  # see _plain_http_without_proxy
         self._http = httpx.Client(
@@ -145,9 +153,26 @@ class Client:
         json: Any = None,
         params: Mapping[str, Any] | None = None,
     ) -> Any:
-        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        given = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            response = self._http.request(method, path, json=json, params=clean)
+            answer = self._answer(method, path, json, given)
+        except ApiError as exc:
+            if self.printable:
+                exc.code, exc.message = clean(exc.code), clean(exc.message)
+                exc.details = printable(exc.details)
+            raise
+        if not self.printable or isinstance(answer, str):
+            return answer
+        if path.endswith("/log") and isinstance(answer, dict):
+            return {
+                **printable({k: v for k, v in answer.items() if k != "log"}),
+                "log": answer.get("log", ""),
+            }
+        return printable(answer)
+
+    def _answer(self, method: str, path: str, json: Any, params: Mapping[str, Any]) -> Any:
+        try:
+            response = self._http.request(method, path, json=json, params=params)
         except httpx.TimeoutException as exc:
             raise ApiError("UNREACHABLE", f"{self.url} did not answer in time ({exc})") from exc
         except httpx.TransportError as exc:

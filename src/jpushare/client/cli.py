@@ -11,20 +11,29 @@
     jpushare why JOB
     jpushare wait JOB… [--started] [--timeout S]
     jpushare cancel [JOB…] [--state S]... [--name NAME] [--user U]
-    jpushare log JOB [--attempt N] [--stderr] [--follow]
+    jpushare log JOB [--attempt N] [--stderr] [--follow] [--raw]
     jpushare labs | placements | tiers
     jpushare stats [--since 7d]
 
-Every command takes `--url URL`, `--token TOKEN` (see `jpushare.client.config` for
-JPUSHARE_URL, JPUSHARE_TOKEN and the config file) and `--json` (the API's JSON on stdout,
-for scripts). Without a token, on a host with MUNGE (every host of a Slurm cluster), each
-request carries a fresh MUNGE credential instead: the service knows you by your Unix
-account; a configured token wins over MUNGE. Output is a table or a sentence a person can
-read; times are relative ("3m ago"). `submit -- CMD…`: one argument is taken as a shell
-command as is (`-- 'python a.py && echo done'`), several are quoted and joined
-(`-- python a.py --lr 0.1`). Like sbatch, `submit` sends the current directory (`--chdir`)
-and environment (`--export`, default ALL; the client's own JPUSHARE_* settings, e.g. the
-token, are left out unless named): the job runs there, with them, as you.
+Every command takes `--url URL`, `--token-file PATH` (`-`: stdin; see
+`jpushare.client.config` for JPUSHARE_URL, JPUSHARE_TOKEN and the config file; a token
+given as an argument is refused, as every user of the host can read argv) and `--json`
+(the API's JSON on stdout, for scripts). Without a token, on a host with MUNGE (every
+host of a Slurm cluster), each request carries a fresh MUNGE credential instead: the
+service knows you by your Unix account; a configured token wins over MUNGE. Output is a
+table or a sentence a person can read; times are relative ("3m ago"). `submit -- CMD…`:
+one argument is taken as a shell command as is (`-- 'python a.py && echo done'`), several
+are quoted and joined (`-- python a.py --lr 0.1`). Like sbatch, `submit` sends the
+current directory (`--chdir`) and environment (`--export`, default ALL; the client's own
+JPUSHARE_* settings, e.g. the token, are left out unless named): the job runs there, with
+them, as you.
+
+Every string the API answers (names, users, labs, commands, reasons, why sentences, error
+messages) is printed through `formatting.clean`: no control character or escape sequence
+another user put there reaches the terminal, and a newline or tab in it prints as a space
+(`--json` prints the answer exactly). `log` prints the job's output as it is when the job
+is the caller's own (as `cat` would); another user's (a pi's or an admin's view) goes
+through `formatting.clean_output` (its lines kept) unless `--raw`.
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
 `error CODE: message`); 2 bad usage.
@@ -33,7 +42,6 @@ Exit codes: 0 done; 1 the API refused or could not be reached (one line on stder
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -44,7 +52,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from jpushare.client import job_commands
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
-from jpushare.client.formatting import ago, amount, duration, parse_time, state_label, table
+from jpushare.client.formatting import (
+    ago,
+    amount,
+    clean,
+    clean_output,
+    duration,
+    json_text,
+    parse_time,
+    state_label,
+    table,
+)
+from jpushare.client.token_args import add_token_options, read_token_file
 from jpushare.client.web import register_web
 from jpushare.memory_sizes import parse_mem_mb
 from jpushare.run_settings import ENV_NAME
@@ -267,9 +286,17 @@ def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     if result["attempt"] == 0:
         print(f"(job {result['job_id']} has not run yet: no log)", file=out)
         return result
+    shown_as: Callable[[str], str] = str
+    if not args.raw and not _is_mine(api, args.job):
+        shown_as = clean_output
+        print(
+            f"(job {args.job} is another user's: its output is shown without control "
+            "characters; --raw shows it as it is)",
+            file=sys.stderr,
+        )
     if not result["log"] and result.get("state") in _LIVE:
         print(f"(job {result['job_id']} has no output yet)", file=out, flush=True)
-    _write(out, result["log"])
+    _write(out, shown_as(result["log"]))
     if not args.follow:
         _end_line(out, result["log"])
         return result
@@ -283,10 +310,16 @@ def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
             text = text[len(shown) :] if text.startswith(shown) else text
             shown = result["log"]
             result["log"] = text
-        _write(out, text)
+        _write(out, shown_as(text))
         last = text or last
     _end_line(out, last)
     return result
+
+
+def _is_mine(api: Client, job_id: int) -> bool:
+    """Whether the caller submitted the job: the newest of their own jobs up to it is it."""
+    page = api.jobs(mine=True, before_id=job_id + 1, limit=1)
+    return any(j["id"] == job_id for j in page["data"])
 
 
 def _write(out: TextIO, text: str) -> None:
@@ -493,7 +526,7 @@ def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("connection and output")
     group.add_argument("--url", help="the API (default: $JPUSHARE_URL, the config file, localhost)")
-    group.add_argument("--token", help="an API token (default: $JPUSHARE_TOKEN, the config file)")
+    add_token_options(group)
     group.add_argument("--json", action="store_true", help="print the API's JSON")
     return common
 
@@ -517,27 +550,30 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
 
     out = out if out is not None else sys.stdout
     try:
-        config = load_client_config(args.url, args.token)
+        token = read_token_file(args.token_file) if args.token_file else None
+        config = load_client_config(args.url, token)
         munge = None if config.token else default_munge()
         if not config.token and munge is None:
             raise ApiError(
                 "UNAUTHENTICATED",
-                "no token and no MUNGE on this host: set JPUSHARE_TOKEN, pass --token, or put "
-                f"it in {config_path(os.environ)} (ask an admin for one)",
+                "no token and no MUNGE on this host: set JPUSHARE_TOKEN, use --token-file "
+                f"PATH, or put it in {config_path(os.environ)} (ask an admin for one)",
             )
-        with Client(config.url, config.token, munge=munge) as api:
+        with Client(config.url, config.token, munge=munge, printable=not args.json) as api:
             result = printer(api, args, out, now())
     except ApiError as exc:
-        print(f"error {exc.code}: {exc.message}", file=sys.stderr)
+        print(f"error {clean(exc.code)}: {clean(exc.message)}", file=sys.stderr)
         for alt in exc.details.get("alternatives", []) if exc.code == "NO_FIT_PLACEMENT" else []:
             print(
-                f"  try: --gpus {alt['num_gpus']} --min-tier {alt['min_tier']} "
-                f"({alt['placements']} placements fit)",
+                clean(
+                    f"  try: --gpus {alt['num_gpus']} --min-tier {alt['min_tier']} "
+                    f"({alt['placements']} placements fit)"
+                ),
                 file=sys.stderr,
             )
         return EXIT_ERROR
     except ClientConfigError as exc:
-        print(f"error CONFIG: {exc}", file=sys.stderr)
+        print(f"error CONFIG: {clean(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except UsageError as exc:
         print(f"error USAGE: {exc}", file=sys.stderr)
@@ -546,15 +582,13 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
         return EXIT_OK
     except job_commands.PartlyRefused as exc:
         if args.json:
-            json.dump(exc.answer, out, indent=2, ensure_ascii=False)
-            out.write("\n")
+            out.write(json_text(exc.answer) + "\n")
         return EXIT_ERROR
     except job_commands.WaitTimeout as exc:
         print(f"error TIMEOUT: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
-        json.dump(result, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        out.write(json_text(result) + "\n")
     return EXIT_OK
 
 
@@ -663,6 +697,12 @@ def register(subparsers: Any) -> None:
             p.add_argument("--attempt", type=int, metavar="N", help="default: the last")
             p.add_argument("--stderr", action="store_true", help="its error file (--error)")
             p.add_argument("--follow", "-f", action="store_true", help="until the job ends")
+            p.add_argument(
+                "--raw",
+                action="store_true",
+                help="another user's output as it is, control characters and all "
+                "(your own always is)",
+            )
             p.add_argument("--poll", type=_positive, default=1.0, help=argparse.SUPPRESS)
 
     add("labs", _labs, "labs and their usage, least first (the fair-share order)")

@@ -2,7 +2,9 @@
 
 Precedence, first found wins, separately for the URL and the token:
 
-1. `--url` / `--token` on the command line;
+1. `--url` / `--token-file PATH` on the command line (`-`: stdin). The token itself is
+   never taken as an argument: every user of the host can read a process's arguments
+   (`jpushare.client.token_args`);
 2. `JPUSHARE_URL` / `JPUSHARE_TOKEN` in the environment;
 3. the config file: `$JPUSHARE_CLIENT_CONFIG` if set, else
    `$XDG_CONFIG_HOME/jpushare/client.json` (default `~/.config/jpushare/client.json`),
@@ -74,14 +76,15 @@ def _read_file(path: Path, must_exist: bool) -> dict[str, str]:
 def load_client_config(
     url: str | None = None, token: str | None = None, env: Mapping[str, str] | None = None
 ) -> ClientConfig:
-    """The URL and token to use (see the module docstring for the order)."""
+    """The URL and token to use (see the module docstring for the order); `token` is one
+    the command read from its --token-file."""
     e = os.environ if env is None else env
     path = config_path(e)
     file = _read_file(path, must_exist=bool(e.get(CONFIG_ENV, "").strip()))
     final_url = url or e.get(URL_ENV, "").strip() or file.get("url") or DEFAULT_URL
     if token:
         final_token: str | None = token
-        source = "--token"
+        source = "--token-file"
     elif e.get(TOKEN_ENV, "").strip():
         final_token = e[TOKEN_ENV].strip()
         source = TOKEN_ENV

@@ -17,7 +17,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
 from jpushare import vocabulary
-from jpushare.client.formatting import ago, amount, duration, parse_time, state_label, table
+from jpushare.client.formatting import (
+    ago,
+    amount,
+    clean,
+    duration,
+    parse_time,
+    state_label,
+    table,
+)
 from jpushare.vocabulary import JobState
 
 if TYPE_CHECKING:
@@ -254,7 +262,7 @@ def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
                 file=out,
             )
     for r in refused:  # as `cancel JOB` reports a refusal: the API's code and sentence
-        print(f"error {r['code']}: {r['message']}", file=sys.stderr)
+        print(f"error {clean(r['code'])}: {clean(r['message'])}", file=sys.stderr)
     if not args.json and not targets:
         print("(no job matched: nothing cancelled)", file=out)
     answer: JSON = {"cancelled": cancelled, "refused": refused}

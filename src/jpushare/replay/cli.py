@@ -1,9 +1,13 @@
 """`jpushare replay`: a trace through a running service; `jpushare replay compare`.
 
-    jpushare replay --trace TRACE.csv --server URL --admin-token TOKEN --speed 60 --out DIR
-                    [--unix-user ACCOUNT] [--workdir DIR] [--allow-existing-jobs]
+    jpushare replay --trace TRACE.csv --server URL [--admin-token-file PATH] --speed 60
+                    --out DIR [--unix-user ACCOUNT] [--workdir DIR] [--allow-existing-jobs]
     jpushare replay compare (--sim DIR | --cluster CLUSTER.yaml --trace TRACE.csv)
                             --live DIR [--tolerance S] [--out DIR]
+
+The admin's token comes from $JPUSHARE_ADMIN_TOKEN (else $JPUSHARE_TOKEN) or from
+`--admin-token-file PATH` (`-`: stdin), never from an argument (`--admin-token` is
+refused: every user of the host can read a process's arguments).
 
 Exit codes: 0 done, 1 the service failed or could not be reached, 2 bad arguments or
 input (or a service that already holds jobs), 130 interrupted (its jobs cancelled).
@@ -17,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jpushare.client.token_args import add_token_options
 from jpushare.formats.arguments import add_trace_arguments, not_negative, positive
 
 EXIT_BAD_INPUT = 2
@@ -33,10 +38,12 @@ def register(subparsers: Any) -> None:
     )
     add_trace_arguments(p, required=False, cluster=None, speed=True, default_speed=60.0)
     p.add_argument("--server", default=os.environ.get("JPUSHARE_URL"), help="the API's URL")
-    p.add_argument(
-        "--admin-token",
-        default=os.environ.get("JPUSHARE_ADMIN_TOKEN") or os.environ.get("JPUSHARE_TOKEN"),
-        help="an admin's token (default: $JPUSHARE_ADMIN_TOKEN, else $JPUSHARE_TOKEN)",
+    add_token_options(
+        p,
+        option="--admin-token",
+        env="JPUSHARE_ADMIN_TOKEN",
+        default_help="$JPUSHARE_ADMIN_TOKEN, else $JPUSHARE_TOKEN",
+        config_file=False,
     )
     p.add_argument("--out", type=Path, metavar="DIR", help="where jobs.csv, summary.json go")
     p.add_argument(
@@ -100,22 +107,33 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jpushare.client.token_args import TokenFileError, read_token_file
     from jpushare.formats.errors import FormatError
     from jpushare.formats.trace_file import load_trace
 
     parser: argparse.ArgumentParser = args.replay_parser
+    try:
+        admin_token = (
+            read_token_file(args.admin_token_file)
+            if args.admin_token_file
+            else os.environ.get("JPUSHARE_ADMIN_TOKEN") or os.environ.get("JPUSHARE_TOKEN")
+        )
+    except TokenFileError as e:
+        print(f"jpushare replay: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     missing = [
         flag
         for flag, value in (
             ("--trace", args.trace),
             ("--server", args.server),
-            ("--admin-token", args.admin_token),
+            ("--admin-token-file (or $JPUSHARE_ADMIN_TOKEN)", admin_token),
             ("--out", args.out),
         )
         if not value
     ]
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
+    assert admin_token is not None
     try:
         jobs = load_trace(args.trace)
     except FormatError as e:
@@ -132,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     options = ReplayOptions(
         trace=jobs,
         url=args.server,
-        admin_token=args.admin_token,
+        admin_token=admin_token,
         speed=args.speed,
         out=out,
         unix_user=args.unix_user or default_unix_user(),
