@@ -9,6 +9,7 @@ import pytest
 
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
+from tests.executors.cgroup_cleanup import remove_cgroups
 from tests.executors.contract import ContractTarget, ProcessContract
 
 
@@ -20,3 +21,4 @@ class TestLocalExecutorContract(ProcessContract):
         shared = tmp_path / "shared"
         shared.mkdir()
         yield ContractTarget(executor, node="ws1", gpu_type="rtx4090", shared_dir=shared)
+        remove_cgroups(tmp_path / "state")
