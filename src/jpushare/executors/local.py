@@ -231,10 +231,11 @@ def _mtime(path: Path) -> float | None:
 
 
 def _signal_reason(exit_code: int, fsize_bytes: int | None = None) -> str:
-    if exit_code == 128 + signal.SIGXFSZ and fsize_bytes:
+    """Why a run that exited `exit_code` failed; `fsize_bytes`: its output was full."""
+    if fsize_bytes:
         return (
-            f"killed: a file the job wrote reached the output size limit of "
-            f"{_mib(fsize_bytes)} (SIGXFSZ)"
+            f"a file the job wrote reached the output size limit of {_mib(fsize_bytes)} "
+            f"(exit code {exit_code})"
         )
     if exit_code > 128:
         try:
@@ -781,9 +782,24 @@ class LocalExecutor:
                 state, rec.reason = RunState.OOM, CUDA_OOM_REASON  # never the job's words
             else:
                 state = RunState.FAILED
-                rec.reason = _signal_reason(exit_code, launch.get("fsize_bytes"))
+                rec.reason = _signal_reason(exit_code, self._output_full(launch, exit_code))
         rec.state = state.value
         return self._store_final(rec)
+
+    @staticmethod
+    def _output_full(launch: Mapping[str, Any], exit_code: int) -> int | None:
+        """The output size limit, when the run was stopped by it: SIGXFSZ killed it, or it
+        failed (a writer that ignores SIGXFSZ, as Python does, gets EFBIG) with an output
+        file at the limit. `stat` opens nothing: fine as root."""
+        limit = launch.get("fsize_bytes")
+        if not limit:
+            return None
+        files = [launch.get("output"), launch.get("error")]
+        if exit_code == 128 + signal.SIGXFSZ or any(
+            f is not None and file_size(f) >= limit for f in files
+        ):
+            return int(limit)
+        return None
 
     def _store_final(self, rec: _Record) -> RunInfo:
         self._save(rec)
