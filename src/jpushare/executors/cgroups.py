@@ -278,15 +278,17 @@ class Cgroups:
         """The namespace directories, made (and for cpuset, filled) when missing."""
         for controller, base in self.bases.items():
             ns = base / self.namespace
-            if ns.is_dir():
-                continue
             with contextlib.suppress(FileExistsError):
                 ns.mkdir()
             if self.mode == "v2":
-                _write(ns / "cgroup.subtree_control", " ".join(f"+{c}" for c in V2_CONTROLLERS))
-            elif controller == "cpuset":
+                enabled = set((_read(ns / "cgroup.subtree_control") or "").split())
+                if not set(V2_CONTROLLERS) <= enabled:
+                    on = " ".join(f"+{c}" for c in V2_CONTROLLERS)
+                    _write(ns / "cgroup.subtree_control", on)
+            elif controller == "cpuset":  # empty in a new cpuset: no task could join
                 for name in ("cpuset.cpus", "cpuset.mems"):
-                    _write(ns / name, (_read(base / name) or "").strip() or "\n")
+                    if not (_read(ns / name) or "").strip():
+                        _write(ns / name, (_read(base / name) or "").strip() or "\n")
 
     def create(self, name: str, limits: Limits) -> RunCgroup:
         """The run's cgroup with its limits (existing already: limits written again)."""
