@@ -626,7 +626,8 @@ class LocalExecutor:
     def _kill(self, rec: _Record) -> None:
         """SIGKILL every process of the run: its cgroup (frozen first), its process group."""
         cgroup = self._cgroup(rec)
-        if cgroup is not None and not cgroup.kill():
+        # Briefly: this holds the lock; what is slow to die is killed again at the next look.
+        if cgroup is not None and not cgroup.kill(timeout_s=1.0):
             log.warning("%s: processes outlived a kill of its cgroup", rec.job_id)
         if rec.pgid is not None:
             signal_group(rec.pgid, signal.SIGKILL)
