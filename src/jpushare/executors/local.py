@@ -1,9 +1,12 @@
 """The local executor: every job is a cgroup on this one workstation, run as its owner.
 
 For labs whose cluster is one GPU machine, and for running the service without Slurm. A run
-gets the lowest free GPU indices of its placement in CUDA_VISIBLE_DEVICES (with
-CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are NVML's and nvidia-smi's indices), plus
-JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME and JPUSHARE_NODE.
+gets the lowest free GPU indices of its placement (NVML's and nvidia-smi's indices, PCI bus
+order) in JPUSHARE_GPUS, and CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID: the same
+indices, or 0…N-1 where the devices cgroup leaves the job only its own GPUs (CUDA then sees
+no other, as under Slurm's ConstrainDevices); plus JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT,
+JPUSHARE_JOB_NAME and JPUSHARE_NODE. Its GPU with index N is the device node
+`/dev/nvidiaN` (the driver numbers them in PCI order).
 
 Who, where, with what (`LaunchSpec.workdir` set, i.e. jobs from revision 0003 on): when the
 service runs as root, the job runs as `LaunchSpec.unix_user` (uid, gid, supplementary
@@ -518,8 +521,13 @@ class LocalExecutor:
             except UnknownAccount as exc:
                 raise SubmitRefused(str(exc)) from exc
         runs_as = account or self._service_account
+        # Where the devices cgroup hides the other GPUs, CUDA and NVML number the ones left
+        # from 0, as under Slurm's ConstrainDevices: CUDA_VISIBLE_DEVICES counts from 0 too,
+        # and JPUSHARE_GPUS keeps the machine's indices.
+        visible = range(len(rec.gpu_indices)) if self.cgroups.device_control else rec.gpu_indices
         job_vars = {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in rec.gpu_indices),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in visible),
+            "JPUSHARE_GPUS": ",".join(str(i) for i in rec.gpu_indices),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "JPUSHARE_JOB_ID": rec.job_id,
             "JPUSHARE_ATTEMPT": str(rec.attempt),
