@@ -8,7 +8,9 @@ cgroup (two services, or the tests' many executors, never share a name), with
 
 - `memory`: all the job's memory, shared mappings and tmpfs (/dev/shm) pages included, at
   most `mem_per_gpu` x GPUs (and no swap beyond it); the kernel's OOM killer acts inside
-  the cgroup, and its count of kills is how a run learns it was killed for memory;
+  the cgroup, and its count of kills is how a run learns it was killed for memory. (A file
+  a job leaves in /dev/shm outlives it, and so does its memory: the machine's tmpfs size
+  bounds that, not the job's cgroup);
 - `pids`: at most `pids_max` tasks (threads count), so a fork bomb stays in its box;
 - `cpuset`: the pinned CPUs (the service's CPUs when not pinned) and the service's memory
   nodes: `sched_setaffinity` (`taskset`) cannot widen it;

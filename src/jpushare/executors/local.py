@@ -5,8 +5,8 @@ gets the lowest free GPU indices of its placement (NVML's and nvidia-smi's indic
 order) in JPUSHARE_GPUS, and CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID: the same
 indices, or 0…N-1 where the devices cgroup leaves the job only its own GPUs (CUDA then sees
 no other, as under Slurm's ConstrainDevices); plus JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT,
-JPUSHARE_JOB_NAME and JPUSHARE_NODE. Its GPU with index N is the device node
-`/dev/nvidiaN` (the driver numbers them in PCI order).
+JPUSHARE_JOB_NAME and JPUSHARE_NODE. Its GPU with index N is taken to be the device node
+`/dev/nvidiaN` (the driver's minor numbers, normally in PCI order as the indices are).
 
 Who, where, with what (`LaunchSpec.workdir` set, i.e. jobs from revision 0003 on): when the
 service runs as root, the job runs as `LaunchSpec.unix_user` (uid, gid, supplementary
