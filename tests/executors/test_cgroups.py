@@ -3,6 +3,7 @@ it gives a run, and what it must not need a new descriptor for."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jpushare.config import ConfigError, load_settings
+from jpushare.executors import cgroups as cgroups_module
 from jpushare.executors.cgroups import detect, device_rules, namespace_for
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
@@ -146,3 +148,45 @@ def test_the_local_limits_are_settings_with_defaults_and_zero_for_none() -> None
     for name, bad in (("JPUSHARE_LOCAL_PIDS_MAX", "lots"), ("JPUSHARE_LOCAL_PIDS_MAX", "3")):
         with pytest.raises(ConfigError, match=name):
             load_settings({name: bad})
+
+
+def test_v2_a_service_alone_in_its_cgroup_moves_into_a_leaf_to_delegate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unified = tmp_path / "unified"
+    service = unified / "system.slice/jpushare.service"
+    leaf = service / "jpushare-service"
+    ns = service / namespace_for(tmp_path / "state")
+    for d in (leaf, ns):
+        d.mkdir(parents=True)
+        (d / "cgroup.subtree_control").write_text("")
+        (d / "cgroup.procs").write_text("")
+    (service / "cgroup.controllers").write_text("cpuset memory pids\n")
+    (service / "cgroup.subtree_control").write_text("")
+    (service / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    real_write = cgroups_module._write
+    moved: list[Path] = []
+
+    def kernel_write(path: Path, text: str) -> None:
+        # The kernel's rule, played: no controllers for children while processes are here.
+        if path == service / "cgroup.subtree_control" and not moved:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        if path.name == "cgroup.procs":
+            moved.append(path)
+        real_write(path, text)
+
+    monkeypatch.setattr(cgroups_module, "_write", kernel_write)
+    proc = fake_proc(tmp_path, [cgroup2_line(unified)], ["0::/system.slice/jpushare.service"])
+    found = detect(tmp_path / "state", proc=proc, euid=0)
+    assert found.mode == "v2" and found.bases == {"unified": service}
+    assert moved == [leaf / "cgroup.procs"]
+    assert (leaf / "cgroup.procs").read_text() == f"{os.getpid()}\n"
+    assert (service / "cgroup.subtree_control").read_text() == "+memory +pids +cpuset"
+
+    # With another process there (a login session's shell), nothing is moved.
+    moved.clear()
+    (service / "cgroup.subtree_control").write_text("")
+    (service / "cgroup.procs").write_text(f"{os.getpid()}\n1\n")
+    found = detect(tmp_path / "state", proc=proc, euid=0)
+    assert found.mode == "none" and moved == []
+    assert "holds 1 other process(es)" in found.why

@@ -22,7 +22,9 @@ cgroup (two services, or the tests' many executors, never share a name), with
   process at once: freeze, SIGKILL every member, thaw, until none is left.
 
 Which hierarchy is used is decided once, at start (`detect`): cgroup v2 where the service's
-cgroup has memory, pids and cpuset to give to its children; else the v1 per-controller
+cgroup has memory, pids and cpuset to give to its children (if the service is the only
+process in its cgroup, it moves itself into a `jpushare-service` child first, as v2 asks of
+a delegated service); else the v1 per-controller
 mounts that exist (each is optional: the run gets what is there); else none (not root,
 nothing mounted), and the executor runs jobs as before, as process groups. On v2 device
 access is not constrained: that needs an eBPF program, which this module does not load.
@@ -49,6 +51,7 @@ PROC = Path("/proc")
 V1_CONTROLLERS = ("memory", "pids", "cpuset", "devices", "freezer")
 V2_CONTROLLERS = ("memory", "pids", "cpuset")
 UNIFIED = "unified"  # the key of a v2 run's one directory
+SERVICE_LEAF = "jpushare-service"  # v2: where the service moves itself (see _into_leaf)
 DEFAULT_PIDS_MAX = 4096
 
 # What every job may open (type, major, minor; None: any minor): /dev/null, zero, full,
@@ -426,20 +429,47 @@ def _try_v2(mounts: list[_Mount], own: dict[str, str], namespace: str) -> Cgroup
     base = _under(mount, own.get("", "/"))
     if base is None:
         return "this process's cgroup v2 is not under the mount"
+    if base.name == SERVICE_LEAF:  # moved there by an earlier executor of this process
+        base = base.parent
     have = set((_read(base / "cgroup.controllers") or "").split())
     lacking = [c for c in V2_CONTROLLERS if c not in have]
     if lacking:
         return f"cgroup v2 at {base} lacks {', '.join(lacking)}"
     enabled = set((_read(base / "cgroup.subtree_control") or "").split())
+    on = " ".join(f"+{c}" for c in V2_CONTROLLERS)
     try:
         if not set(V2_CONTROLLERS) <= enabled:
-            _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in V2_CONTROLLERS))
+            try:
+                _write(base / "cgroup.subtree_control", on)
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise
+                _into_leaf(base)
+                _write(base / "cgroup.subtree_control", on)
         found = Cgroups("v2", namespace, {UNIFIED: base})
         found._ensure_namespace()
     except OSError as exc:
         why = exc.strerror or str(exc)
-        if exc.errno == errno.EBUSY:
-            why = "its cgroup holds processes (no internal processes on v2)"
         return f"cgroup v2 at {base} cannot give its controllers to children: {why}"
     found.prune()
     return found
+
+
+def _into_leaf(base: Path) -> None:
+    """Move this process into `base/jpushare-service`: on v2 a cgroup that holds processes
+    cannot give controllers to its children, and a service systemd started with
+    `Delegate=yes` is in such a cgroup. Only when this process is the only one there: the
+    processes of a login session are not ours to move."""
+    here = {int(x) for x in (_read(base / "cgroup.procs") or "").split() if x.isdigit()}
+    others = here - {os.getpid()}
+    if others:
+        raise OSError(
+            errno.EBUSY,
+            f"it holds {len(others)} other process(es), and a v2 cgroup with processes "
+            "cannot give controllers to children (run the service alone in a delegated "
+            "cgroup, e.g. systemd Delegate=yes)",
+        )
+    leaf = base / SERVICE_LEAF
+    with contextlib.suppress(FileExistsError):
+        leaf.mkdir()
+    _write(leaf / "cgroup.procs", f"{os.getpid()}\n")
