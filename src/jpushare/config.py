@@ -22,6 +22,14 @@ SQLite and the local executor. Variables:
   (`hol-skip`, `fifo`, `backfill`) that a site runs for comparison; the API's "why", queue
   and start estimates project the same one
 
+For `JPUSHARE_EXECUTOR=local` (the local executor's limits on every run; ignored by Slurm):
+
+- JPUSHARE_LOCAL_PIDS_MAX: at most this many processes and threads per run (its cgroup's
+  pids.max, where cgroups are used); `0` for no limit; default 4096
+- JPUSHARE_LOCAL_OUTPUT_MAX_BYTES: no file a job writes (its output included) may grow past
+  this many bytes (RLIMIT_FSIZE: the writer gets SIGXFSZ and the run ends FAILED saying
+  so); `0` for no limit; default 68719476736 (64 GiB)
+
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
 - JPUSHARE_SLURM_LOG_DIR: where job output goes (`<prefix>-<job>-<attempt>.out`); must be
@@ -56,6 +64,8 @@ from jpushare.policy.peers import POLICIES
 DEFAULT_POLICY = "reservation"  # SPEC §3
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a request body over it gets 413 (api.body_limit)
+DEFAULT_LOCAL_PIDS_MAX = 4096  # a fork bomb's box; threads count (PyTorch has many)
+DEFAULT_LOCAL_OUTPUT_MAX_BYTES = 64 << 30  # big enough for one checkpoint file
 
 
 class ConfigError(ValueError):
@@ -81,6 +91,8 @@ class Settings:
     slurm_submit_as_user: bool | None = None  # None: when the service runs as root
     lease_s: float | None = None  # None: LEASE_CYCLES cycles
     policy: str = DEFAULT_POLICY  # a name of `POLICIES`
+    local_pids_max: int | None = DEFAULT_LOCAL_PIDS_MAX  # None: no limit
+    local_output_max_bytes: int | None = DEFAULT_LOCAL_OUTPUT_MAX_BYTES  # None: no limit
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -205,7 +217,27 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_submit_as_user=as_user[as_user_text],
         lease_s=lease_s,
         policy=policy,
+        local_pids_max=_limit(e, "JPUSHARE_LOCAL_PIDS_MAX", DEFAULT_LOCAL_PIDS_MAX, 16),
+        local_output_max_bytes=_limit(
+            e, "JPUSHARE_LOCAL_OUTPUT_MAX_BYTES", DEFAULT_LOCAL_OUTPUT_MAX_BYTES, 1 << 20
+        ),
     )
+
+
+def _limit(e: Mapping[str, str], name: str, default: int, least: int) -> int | None:
+    """A per-run limit of the local executor: a whole number, `0` for none."""
+    text = e.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number (0: no limit), not {text!r}") from None
+    if value == 0:
+        return None
+    if value < least:
+        raise ConfigError(f"{name} must be 0 (no limit) or at least {least}, not {value}")
+    return value
 
 
 def _lease_s(text: str, cycle_s: float) -> float | None:

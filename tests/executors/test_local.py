@@ -22,6 +22,7 @@ from jpushare.executors.base import LaunchSpec, RunInfo, RunState, SubmitRefused
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor, run_key
 from jpushare.executors.process_groups import group_alive, live_groups
+from tests.executors.cgroup_cleanup import remove_cgroups
 from tests.executors.contract import wait_for
 
 WAIT_S = 10.0
@@ -54,11 +55,18 @@ def wait_end(ex: LocalExecutor, job_id: str) -> RunInfo:
     return wait_for(probe, WAIT_S, what=f"{job_id} to end")
 
 
+SHOW_GPUS = 'echo "GPUS=$JPUSHARE_GPUS CVD=$CUDA_VISIBLE_DEVICES"'
+
+
 def cvd(ex: LocalExecutor, job_id: str) -> set[int]:
-    """The GPU indices a job saw, from the CVD=… line it printed."""
+    """The machine's GPU indices a job holds, from the line SHOW_GPUS printed; and what CUDA
+    is told: the same, or 0…N-1 where the devices cgroup hides the other GPUs."""
     text = wait_for(lambda: ex.log(job_id, 1) or None, WAIT_S)
-    line = next(x for x in text.splitlines() if x.startswith("CVD="))
-    return {int(i) for i in line[4:].split(",")}
+    line = next(x for x in text.splitlines() if x.startswith("GPUS="))
+    held, visible = (part.split("=", 1)[1].split(",") for part in line.split())
+    expected = [str(i) for i in range(len(held))] if ex.cgroups.device_control else held
+    assert visible == expected, line
+    return {int(i) for i in held}
 
 
 def process_alive(pid: int) -> bool:
@@ -86,6 +94,7 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
         pgid = json.loads(rec.read_text()).get("pgid")
         if pgid and group_alive(pgid, None, live_groups()):
             os.killpg(pgid, signal.SIGKILL)
+    remove_cgroups(path)
 
 
 # A service process that accepts one job and dies at once, as a crash or a restart would.
@@ -209,7 +218,7 @@ class TestGpuIndices:
         self, state_dir: Path
     ) -> None:
         ex = LocalExecutor(state_dir, gpus=gpus(4))
-        show = 'echo "CVD=$CUDA_VISIBLE_DEVICES"; sleep 30'
+        show = f"{SHOW_GPUS}; sleep 30"
         ex.submit(spec("a", show, 1))
         ex.submit(spec("b", show, 2))
         with pytest.raises(SubmitRefused, match="1 of 4 free"):
@@ -229,7 +238,7 @@ class TestGpuIndices:
 
     def test_each_gpu_type_hands_out_its_own_indices(self, state_dir: Path) -> None:
         ex = LocalExecutor(state_dir, gpus=gpus(2, 2))
-        ex.submit(spec("f", 'echo "CVD=$CUDA_VISIBLE_DEVICES"', 2, gpu_type="rtx5090"))
+        ex.submit(spec("f", SHOW_GPUS, 2, gpu_type="rtx5090"))
         assert cvd(ex, "f") == {2, 3}
         by_type = {g.gpu_type: (g.total, g.used) for g in ex.inventory()}
         assert by_type["rtx4090"][0] == 2 and by_type["rtx5090"][0] == 2
@@ -243,7 +252,7 @@ class TestGpuIndices:
         def submit(i: int) -> None:
             job = f"race{i}"
             try:
-                executors[i % 2].submit(spec(job, 'echo "CVD=$CUDA_VISIBLE_DEVICES"; sleep 30'))
+                executors[i % 2].submit(spec(job, f"{SHOW_GPUS}; sleep 30"))
             except SubmitRefused:
                 with lock:
                     refused.append(job)
@@ -314,7 +323,7 @@ class TestStopping:
         assert wait_end(ex, "m").state is RunState.COMPLETED
         oom = wait_end(ex, "n")
         assert oom.state is RunState.OOM
-        assert oom.reason == "torch.cuda.OutOfMemoryError: CUDA out of memory"
+        assert oom.reason == "CUDA out of memory (reported in the job's output)"
 
 
 class TestEnvironment:

@@ -100,6 +100,23 @@ def test_a_lost_run_with_a_cuda_oom_in_its_output_is_an_oom(tmp_path: Path) -> N
     assert ex.lost_run("42", 2, "813").state is RunState.OOM
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.OutOfMemoryError: CUDA out of memory. db_password=hunter2",
+        "slurmstepd: error: Detected 1 oom-kill event in StepId=813.batch db_password=hunter2",
+    ],
+)
+def test_an_oom_reason_is_a_fixed_sentence_never_the_jobs_output(tmp_path: Path, line: str) -> None:
+    ex = make(tmp_path, ScriptedSlurm({"sacct": ok(SACCT_FAILED)}))
+    ex.log_dir.mkdir(parents=True)
+    ex.log_path("42", 2).write_text(line + "\n")
+    info = ex.lost_run("42", 2, "813")
+    assert info.state is RunState.OOM
+    assert info.reason is not None and "out of memory" in info.reason
+    assert "hunter2" not in info.reason and "db_password" not in info.reason
+
+
 def test_accounting_disabled_means_failed_with_an_unknown_outcome(tmp_path: Path) -> None:
     disabled = CommandResult(1, "", "Slurm accounting storage is disabled\n")
     info = make(tmp_path, ScriptedSlurm({"sacct": disabled})).lost_run("42", 2, "812")

@@ -1,7 +1,9 @@
 """Recognising a CUDA out-of-memory in a job's output (SPEC §5 escalation), for every executor.
 
 Pure: text in, the matching line out. Executors read the tail of a run's log and pass it
-here; a run that ended non-zero with such a line is an OOM, not a plain failure.
+here; a run that ended non-zero with such a line is an OOM, not a plain failure. The
+reason they record is `CUDA_OOM_REASON`, never the line: a job's output may hold anything
+(a password it printed), and a run's reason is shown to every user.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ CUDA_OOM_PATTERN = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
     r"|RESOURCE_EXHAUSTED: Out of memory",
 )
+
+# The public reason of a run ended by a CUDA out-of-memory: fixed, never the job's output.
+CUDA_OOM_REASON = "CUDA out of memory (reported in the job's output)"
 
 # How much of a log's end executors scan: the traceback of an OOM is at the end.
 OOM_SCAN_BYTES = 1 << 20

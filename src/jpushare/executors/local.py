@@ -1,9 +1,12 @@
-"""The local executor: every job is a process group on this one workstation, run as its owner.
+"""The local executor: every job is a cgroup on this one workstation, run as its owner.
 
 For labs whose cluster is one GPU machine, and for running the service without Slurm. A run
-gets the lowest free GPU indices of its placement in CUDA_VISIBLE_DEVICES (with
-CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are NVML's and nvidia-smi's indices), plus
-JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME and JPUSHARE_NODE.
+gets the lowest free GPU indices of its placement (NVML's and nvidia-smi's indices, PCI bus
+order) in JPUSHARE_GPUS, and CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID: the same
+indices, or 0…N-1 where the devices cgroup leaves the job only its own GPUs (CUDA then sees
+no other, as under Slurm's ConstrainDevices); plus JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT,
+JPUSHARE_JOB_NAME and JPUSHARE_NODE. Its GPU with index N is taken to be the device node
+`/dev/nvidiaN` (the driver's minor numbers, normally in PCI order as the indices are).
 
 Who, where, with what (`LaunchSpec.workdir` set, i.e. jobs from revision 0003 on): when the
 service runs as root, the job runs as `LaunchSpec.unix_user` (uid, gid, supplementary
@@ -12,13 +15,28 @@ It runs in its working directory with exactly the environment it was submitted w
 the service's), its stdout/stderr appended to files the owner creates with umask 077
 (default `jpushare-<job>.out` in the working directory). It is pinned to `cpus_per_gpu` x
 GPUs CPUs (sched_setaffinity; CPUs are shared only when there are not enough free ones) and
-each of its processes may hold at most `mem_per_gpu_mb` x GPUs of data (RLIMIT_DATA: CUDA
-reserves far more address space than memory, so RLIMIT_AS would break it). Nothing else is
-isolated: not the network, not the other GPUs (CUDA_VISIBLE_DEVICES only hides them), not
-processes that leave their process group. A job from before revision 0003 runs as it always
-did (the executor's directory, the service's environment less its JPUSHARE_* settings, its
-output in the state directory), except that under a root service it runs as its owner with
-only PATH and the account's variables.
+each file it writes may grow to at most `output_max_bytes` (RLIMIT_FSIZE; the process that
+writes past it gets SIGXFSZ). Output files are never opened through a symbolic link and
+never when they exist and belong to another user (the job ends FAILED with that reason).
+
+Containment (`cgroups`, detected at start and logged): under a root service with cgroups
+mounted, each attempt runs in its own cgroup, as Slurm's proctrack/task/cgroup and
+ConstrainDevices do: all its memory together (shared mappings and /dev/shm included) at
+most `mem_per_gpu_mb` x GPUs, at most `pids_max` tasks, its cpuset the pinned CPUs (so
+`taskset` cannot widen it) and, on cgroup v1, no device but the usual ones and its own
+`/dev/nvidiaN` (plus NVIDIA's control nodes). Its cgroup, not its process group, is what
+the executor watches and kills: `setsid`, `set -m`, `setpgid` and double forks stay in it,
+a cancel, a time limit and the end of the main process kill every process in it (freeze,
+SIGKILL, thaw; `cgroup.kill` on v2), and a run is not reported ended while any of them
+lives, so its GPUs are free when it reads ended. A run the kernel's OOM killer hit ends OOM
+with "killed: the job's memory limit of N MiB was reached". Without cgroups (not root,
+nothing mounted) the executor says so at start and runs jobs as process groups: each
+process may then hold `mem_per_gpu_mb` x GPUs of data (RLIMIT_DATA: CUDA reserves far more
+address space than memory, so RLIMIT_AS would break it), and processes that leave the
+group are not followed. Never isolated: the network. A job from before revision 0003 runs
+as it always did (the executor's directory, the service's environment less its JPUSHARE_*
+settings, its output in the state directory), except that under a root service it runs as
+its owner with only PATH and the account's variables.
 
 The wrapper that starts a job (`local_run.py`) stays the service's account, like Slurm's
 slurmstepd, so it can write the run's files here; the job is its child and has dropped
@@ -31,10 +49,10 @@ and its files 0600 (the jobs cannot read it). Layout of `state_dir/runs/`, one s
 per run, named by its key `<job id, %-quoted>.<attempt>`, which is also its executor id:
 
 - `<key>.json`: the record — the launch (account, directory, environment, files, limits),
-  the GPU indices and CPUs it holds, its process group and its leader's start time, a stop
-  request, and the outcome once it ended. Written atomically (temporary file, fsync,
-  rename) before the process starts, so a crash between accepting and starting cannot hide
-  a run from the next `submit` (idempotent by key).
+  the GPU indices and CPUs it holds, its cgroup's directories, its process group and its
+  leader's start time, a stop request, and the outcome once it ended. Written atomically
+  (temporary file, fsync, rename) before the process starts, so a crash between accepting
+  and starting cannot hide a run from the next `submit` (idempotent by key).
 - `<key>.pid`: written by the run's wrapper as soon as it starts: its pid, which is the
   process group id. Its mtime is the run's `started_at`.
 - `<key>.exit`: written by the wrapper when the command ends: the exit code. Its mtime is
@@ -45,21 +63,25 @@ per run, named by its key `<job id, %-quoted>.<attempt>`, which is also its exec
 - `<key>.log`: the output of a job from before revision 0003.
 
 `state_dir/lock` is flock-ed around every submit, cancel and observation, so two processes
-never start one run twice or hand one GPU to two runs.
+never start one run twice or hand one GPU to two runs. It is opened once, when the executor
+starts: a client that exhausts the service's descriptors cannot make an observation fail.
 
 How a run's state is read (`runs`, `find` and `inventory` observe; there is no thread):
 
 1. no process group yet: PENDING. A record that a crashed service accepted but never started
    is started by the next observation or `submit` once `start_grace_s` has passed.
-2. its process group (same boot, same leader: see `process_groups`) still has a live
-   process: RUNNING. If the command already wrote its exit code, the stragglers it left in
-   the background are killed, as Slurm does at the end of a job. A cancel or an exceeded
-   time limit sends SIGTERM to the group, then SIGKILL after `cancel_grace_s`.
-3. the group is gone: CANCELLED or TIMEOUT when we stopped it; else by exit code — 0
-   COMPLETED; non-zero OOM when the output's tail (this attempt's part) reports a CUDA
-   out-of-memory (SPEC §5), else FAILED; no exit code at all FAILED (killed from outside),
-   or NODE_FAIL when the machine rebooted under it. The outcome is written into the record
-   and never changes again.
+2. its process group (same boot, same leader: see `process_groups`) or its cgroup still
+   has a live process: RUNNING. If the command already wrote its exit code, the stragglers
+   it left in the background are killed, as Slurm does at the end of a job (the wrapper
+   kills its cgroup itself before it writes the code). A cancel or an exceeded time limit
+   sends SIGTERM to every process of the run, then SIGKILL after `cancel_grace_s`.
+3. all of it is gone: CANCELLED or TIMEOUT when we stopped it; else by exit code — 0
+   COMPLETED; non-zero OOM when its memory cgroup saw an OOM kill, or when the output's
+   tail (this attempt's part) reports a CUDA out-of-memory (SPEC §5: the reason is a fixed
+   sentence, never the job's own words, which may hold anything), else FAILED; no exit
+   code at all FAILED (killed from outside), or NODE_FAIL when the machine rebooted under
+   it. The outcome is written into the record, the cgroup removed, and neither changes
+   again.
 """
 
 from __future__ import annotations
@@ -79,6 +101,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -94,7 +117,16 @@ from jpushare.executors.base import (
     RunState,
     SubmitRefused,
 )
-from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
+from jpushare.executors.cgroups import (
+    DEFAULT_PIDS_MAX,
+    Cgroups,
+    Limits,
+    RunCgroup,
+    detect,
+    device_rules,
+    run_dir_name,
+)
+from jpushare.executors.cuda_oom import CUDA_OOM_REASON, OOM_SCAN_BYTES, find_cuda_oom
 from jpushare.executors.gpus import DeclaredGpus, LocalGpu, discover_gpus
 from jpushare.executors.output_files import (
     OutputUnreadable,
@@ -155,6 +187,7 @@ class _Record:
     stop_reason: str | None = None  # "cancel" | "timeout"
     stop_requested_at: float | None = None
     killed_at: float | None = None  # when SIGKILL followed the SIGTERM
+    cgroup: dict[str, Any] | None = None  # RunCgroup.to_json(): where its processes are
     state: str | None = None  # the final RunState, once ended
     ended_at: float | None = None
     exit_code: int | None = None
@@ -200,7 +233,13 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _signal_reason(exit_code: int) -> str:
+def _signal_reason(exit_code: int, fsize_bytes: int | None = None) -> str:
+    """Why a run that exited `exit_code` failed; `fsize_bytes`: its output was full."""
+    if fsize_bytes:
+        return (
+            f"a file the job wrote reached the output size limit of {_mib(fsize_bytes)} "
+            f"(exit code {exit_code})"
+        )
     if exit_code > 128:
         try:
             name = signal.Signals(exit_code - 128).name
@@ -212,12 +251,19 @@ def _signal_reason(exit_code: int) -> str:
     return f"exited with code {exit_code}"
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
 class LocalExecutor:
-    """Runs jobs as process groups on this machine; see the module docstring.
+    """Runs jobs as cgroups (else process groups) on this machine; see the module docstring.
 
     `gpus` fixes the GPUs (tests); otherwise they are discovered: NVML, else nvidia-smi,
     else `declared` (the cluster file's (node, gpu_type, count) entries). Real GPUs belong
     to `node` (default: this machine's hostname); declared ones keep their own nodes.
+    `cgroups` fixes the containment (tests; default: detected); `device_dir` is where the
+    NVIDIA device nodes are read from (tests make fake ones); `pids_max` and
+    `output_max_bytes` (None: no limit) bound every run.
     """
 
     def __init__(
@@ -232,6 +278,10 @@ class LocalExecutor:
         workdir: Path | str | None = None,
         base_env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        pids_max: int | None = DEFAULT_PIDS_MAX,
+        output_max_bytes: int | None = None,
+        device_dir: Path | str = "/dev",
+        cgroups: Cgroups | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
         if gpus is None:
@@ -268,6 +318,17 @@ class LocalExecutor:
         self._mutex = threading.RLock()
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._final: dict[str, RunInfo] = {}  # ended runs never change: no re-read
+        self.pids_max = pids_max
+        self.output_max_bytes = output_max_bytes
+        self.device_dir = Path(device_dir)
+        # Opened once and kept: an observation never needs a new descriptor for it.
+        self._lock_fd = os.open(
+            self.state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        weakref.finalize(self, os.close, self._lock_fd)
+        with self._locked():
+            self.cgroups = cgroups if cgroups is not None else detect(self.state_dir)
+        log.info("local executor: %s", self.cgroups.describe())
 
     # --- the Executor protocol -----------------------------------------------------------
 
@@ -389,13 +450,12 @@ class LocalExecutor:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        lock_fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-        with self._mutex, os.fdopen(lock_fd, "r+") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        with self._mutex:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(lock_file, fcntl.LOCK_UN)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _paths(self, key: str) -> dict[str, Path]:
         base = self.runs_dir / key
@@ -461,8 +521,13 @@ class LocalExecutor:
             except UnknownAccount as exc:
                 raise SubmitRefused(str(exc)) from exc
         runs_as = account or self._service_account
+        # Where the devices cgroup hides the other GPUs, CUDA and NVML number the ones left
+        # from 0, as under Slurm's ConstrainDevices: CUDA_VISIBLE_DEVICES counts from 0 too,
+        # and JPUSHARE_GPUS keeps the machine's indices.
+        visible = range(len(rec.gpu_indices)) if self.cgroups.device_control else rec.gpu_indices
         job_vars = {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in rec.gpu_indices),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in visible),
+            "JPUSHARE_GPUS": ",".join(str(i) for i in rec.gpu_indices),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "JPUSHARE_JOB_ID": rec.job_id,
             "JPUSHARE_ATTEMPT": str(rec.attempt),
@@ -506,6 +571,11 @@ class LocalExecutor:
             launch["cpus"] = rec.cpus
         if spec.mem_per_gpu_mb is not None:
             launch["mem_bytes"] = spec.mem_per_gpu_mb * spec.num_gpus << 20
+            # A memory cgroup holds all the job's memory together; RLIMIT_DATA only where
+            # there is none (it is per process and misses shared memory).
+            held = self.cgroups.mode == "v2" or "memory" in self.cgroups.bases
+            launch["rlimit_data"] = None if held else launch["mem_bytes"]
+        launch["fsize_bytes"] = self.output_max_bytes
         rec.launch = launch
 
     # --- starting, stopping, observing ---------------------------------------------------
@@ -515,27 +585,68 @@ class LocalExecutor:
         paths = self._paths(key)
         if rec.launch is None:  # accepted by a version before the wrapper took a launch
             raise OSError(f"run {key} has no launch record (accepted by an older version)")
-        runner_fd = os.open(paths["runner"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(runner_fd, "ab") as runner_log:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_RUNNER), str(paths["prefix"])],
-                stdin=subprocess.DEVNULL,
-                stdout=runner_log,
-                stderr=subprocess.STDOUT,
-                env=_RUNNER_ENV,
-                cwd=self.workdir if rec.launch["workdir"] is None else None,
-                start_new_session=True,  # its own session and process group: pgid == pid
-            )
+        if self.cgroups.usable:
+            self._make_cgroup(rec)
+        try:
+            runner_fd = os.open(paths["runner"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(runner_fd, "ab") as runner_log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", str(_RUNNER), str(paths["prefix"])],
+                    stdin=subprocess.DEVNULL,
+                    stdout=runner_log,
+                    stderr=subprocess.STDOUT,
+                    env=_RUNNER_ENV,
+                    cwd=self.workdir if rec.launch["workdir"] is None else None,
+                    start_new_session=True,  # its own session and process group: pgid == pid
+                )
+        except OSError:
+            cgroup = self._cgroup(rec)
+            if cgroup is not None:
+                cgroup.remove()
+            raise
         self._children[key] = proc
         rec.pgid = proc.pid
         rec.leader_start_ticks = start_ticks(proc.pid)
         self._save(rec)
         log.info("started %s (pgid %d) on %s GPUs %s", key, proc.pid, rec.node, rec.gpu_indices)
 
+    def _make_cgroup(self, rec: _Record) -> None:
+        """The run's cgroup, made and written into its record before the wrapper starts
+        (which joins it from the record): a restart finds it there."""
+        assert rec.launch is not None
+        key = run_key(rec.job_id, rec.attempt)
+        limits = Limits(
+            mem_bytes=rec.launch.get("mem_bytes"),
+            pids_max=self.pids_max,
+            cpus=tuple(rec.cpus),
+            devices=device_rules(self.device_dir, rec.gpu_indices),
+        )
+        cgroup = self.cgroups.create(run_dir_name(key), limits)
+        rec.cgroup = cgroup.to_json()
+        rec.launch["cgroup"] = rec.cgroup
+        rec.launch["cgroup_procs"] = cgroup.procs_files()
+        self._save(rec)
+
+    @staticmethod
+    def _cgroup(rec: _Record) -> RunCgroup | None:
+        return None if rec.cgroup is None else RunCgroup.from_json(rec.cgroup)
+
+    def _kill(self, rec: _Record) -> None:
+        """SIGKILL every process of the run: its cgroup (frozen first), its process group."""
+        cgroup = self._cgroup(rec)
+        # Briefly: this holds the lock; what is slow to die is killed again at the next look.
+        if cgroup is not None and not cgroup.kill(timeout_s=1.0):
+            log.warning("%s: processes outlived a kill of its cgroup", rec.job_id)
+        if rec.pgid is not None:
+            signal_group(rec.pgid, signal.SIGKILL)
+
     def _request_stop(self, rec: _Record, reason: str, now: float) -> None:
         rec.stop_reason = reason
         rec.stop_requested_at = now
         self._save(rec)
+        cgroup = self._cgroup(rec)
+        if cgroup is not None:
+            cgroup.signal(signal.SIGTERM)
         if rec.pgid is not None and self._alive(rec, live_groups()):
             signal_group(rec.pgid, signal.SIGTERM)
         key = run_key(rec.job_id, rec.attempt)
@@ -560,7 +671,10 @@ class LocalExecutor:
             return False
         if rec.boot_id is not None and self._boot_id is not None and rec.boot_id != self._boot_id:
             return False  # pids of an earlier boot mean nothing now
-        return group_alive(rec.pgid, rec.leader_start_ticks, live)
+        if group_alive(rec.pgid, rec.leader_start_ticks, live):
+            return True
+        cgroup = self._cgroup(rec)
+        return cgroup is not None and bool(cgroup.members())
 
     def _observe_all(self) -> dict[str, RunInfo]:
         live = live_groups()
@@ -595,14 +709,19 @@ class LocalExecutor:
         if self._alive(rec, live):
             if exit_code is not None:
                 # The command ended; what it left running in the background goes too.
-                signal_group(rec.pgid, signal.SIGKILL)
+                self._kill(rec)
+                if not self._alive(rec, live_groups()):
+                    return self._finish(rec, exit_code, now)
             elif rec.stop_reason is not None:
                 overdue = now - (rec.stop_requested_at or now) >= self.cancel_grace_s
-                if overdue and rec.killed_at is None:
-                    log.info("%s ignored SIGTERM for %.1fs: SIGKILL", key, self.cancel_grace_s)
-                    signal_group(rec.pgid, signal.SIGKILL)
-                    rec.killed_at = now
-                    self._save(rec)
+                if overdue:
+                    if rec.killed_at is None:
+                        log.info("%s ignored SIGTERM for %.1fs: SIGKILL", key, self.cancel_grace_s)
+                        rec.killed_at = now
+                        self._save(rec)
+                    self._kill(rec)  # again at each look: a process may have joined late
+                    if not self._alive(rec, live_groups()):
+                        return self._finish(rec, _read_int(paths["exit"]), now)
             elif rec.time_limit_s is not None and now - rec.started_at > rec.time_limit_s:
                 self._request_stop(rec, "timeout", now)
             return self._info(rec, RunState.RUNNING)
@@ -645,6 +764,9 @@ class LocalExecutor:
         rebooted = (
             rec.boot_id is not None and self._boot_id is not None and rec.boot_id != self._boot_id
         )
+        cgroup = self._cgroup(rec)
+        oom_kills = 0 if cgroup is None or rebooted else cgroup.oom_kills()
+        launch = rec.launch or {}
         state: RunState
         if rec.stop_reason == "cancel":
             state, rec.reason = RunState.CANCELLED, "cancelled"
@@ -652,6 +774,11 @@ class LocalExecutor:
             state, rec.reason = RunState.TIMEOUT, f"time limit of {rec.time_limit_s:g} s reached"
         elif exit_code is None and rebooted:
             state, rec.reason = RunState.NODE_FAIL, "the machine restarted while the job ran"
+        elif exit_code != 0 and oom_kills and launch.get("mem_bytes"):
+            state = RunState.OOM
+            rec.reason = (
+                f"killed: the job's memory limit of {_mib(launch['mem_bytes'])} was reached"
+            )
         elif exit_code is None:
             state = RunState.FAILED
             rec.reason = "the job's processes ended without an exit code (killed from outside?)"
@@ -660,16 +787,35 @@ class LocalExecutor:
         elif (not_started := _read_text(paths["error"])) is not None:
             state, rec.reason = RunState.FAILED, not_started[:1000]
         else:
-            oom = find_cuda_oom(self._output_tail(rec))
-            if oom is not None:
-                state, rec.reason = RunState.OOM, oom[:300]
+            if find_cuda_oom(self._output_tail(rec)) is not None:
+                state, rec.reason = RunState.OOM, CUDA_OOM_REASON  # never the job's words
             else:
-                state, rec.reason = RunState.FAILED, _signal_reason(exit_code)
+                state = RunState.FAILED
+                rec.reason = _signal_reason(exit_code, self._output_full(launch, exit_code))
         rec.state = state.value
         return self._store_final(rec)
 
+    @staticmethod
+    def _output_full(launch: Mapping[str, Any], exit_code: int) -> int | None:
+        """The output size limit, when the run was stopped by it: SIGXFSZ killed it, or it
+        failed (a writer that ignores SIGXFSZ, as Python does, gets EFBIG) with an output
+        file at the limit. `stat` opens nothing: fine as root."""
+        limit = launch.get("fsize_bytes")
+        if not limit:
+            return None
+        files = [launch.get("output"), launch.get("error")]
+        if exit_code == 128 + signal.SIGXFSZ or any(
+            f is not None and file_size(f) >= limit for f in files
+        ):
+            return int(limit)
+        return None
+
     def _store_final(self, rec: _Record) -> RunInfo:
         self._save(rec)
+        cgroup = self._cgroup(rec)
+        if cgroup is not None:
+            for problem in cgroup.remove():
+                log.warning("removing the cgroup of %s: %s", rec.job_id, problem)
         info = self._cache_final(rec)
         log.info("%s ended: %s (%s)", info.executor_id, info.state, info.reason or "exit 0")
         return info

@@ -62,7 +62,7 @@ from jpushare.executors.base import (
     RunState,
     SubmitRefused,
 )
-from jpushare.executors.cuda_oom import OOM_SCAN_BYTES, find_cuda_oom
+from jpushare.executors.cuda_oom import CUDA_OOM_REASON, OOM_SCAN_BYTES, find_cuda_oom
 from jpushare.executors.output_files import (
     OutputUnreadable,
     cannot_enter,
@@ -591,10 +591,13 @@ class SlurmExecutor:
             # A CUDA OOM is a plain non-zero exit to Slurm; without cgroups so is a host
             # OOM. Both escalate the tier (SPEC §5).
             tail = self._log_tail(job_id, attempt)
-            oom_line = find_cuda_oom(tail) or find_host_oom(tail)
-            if oom_line is not None:
+            # The reason is a fixed sentence, never the job's output (it may hold anything).
+            if find_cuda_oom(tail) is not None:
                 state = RunState.OOM
-                detail += f"; out of memory: {oom_line}"
+                detail += f"; {CUDA_OOM_REASON}"
+            elif find_host_oom(tail) is not None:
+                state = RunState.OOM
+                detail += "; out of memory: its memory limit was reached (reported in its output)"
         started = state is not RunState.PENDING and job.nodes is not None
         return RunInfo(
             job_id=job_id,

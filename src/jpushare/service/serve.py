@@ -82,7 +82,12 @@ def build_executor(
     else:
         with sessions() as session:
             declared = declared_inventory(session)
-    executor = LocalExecutor(settings.state_dir / "executor", declared=declared)
+    executor = LocalExecutor(
+        settings.state_dir / "executor",
+        declared=declared,
+        pids_max=settings.local_pids_max,
+        output_max_bytes=settings.local_output_max_bytes,
+    )
     check_foreign_runs(executor, sessions)
     if not executor.gpus:
         log.warning(
