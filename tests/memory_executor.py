@@ -36,7 +36,7 @@ from jpushare.executors.base import (
     RunState,
     SubmitRefused,
 )
-from jpushare.executors.cuda_oom import find_cuda_oom
+from jpushare.executors.cuda_oom import CUDA_OOM_REASON, find_cuda_oom
 from tests.job_script import CUDA_OOM, Script
 
 
@@ -334,8 +334,8 @@ class MemoryExecutor:
         run.exit_code = exit_code
         if exit_code == 0:
             self._final(run, RunState.COMPLETED, at, None)
-        elif (oom := find_cuda_oom(run.output + "\n" + run.error)) is not None:
-            self._final(run, RunState.OOM, at, oom[:300])
+        elif find_cuda_oom(run.output + "\n" + run.error) is not None:
+            self._final(run, RunState.OOM, at, CUDA_OOM_REASON)
         else:
             self._final(run, RunState.FAILED, at, f"exit code {exit_code}")
 
