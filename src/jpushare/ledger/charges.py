@@ -106,6 +106,21 @@ class AttemptEnd:
     events: tuple[LedgerEvent, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RunCharge:
+    account: Account
+    cost: float  # the attempt's run cost, now in the account
+
+
+def add_run(account: Account, run: Run, ended_at: float) -> RunCharge:
+    """The run cost of `run`, ended at `ended_at`, joins the account (0.0 for a run that
+    never started); the lab is not charged until `settle`."""
+    cost = 0.0
+    if run.started_at is not None:
+        cost = run_cost(run.num_gpus, run.started_at, ended_at, run.tflops)
+    return RunCharge(replace(account, run_cost=account.run_cost + cost), cost)
+
+
 def end_attempt(
     state: JobState | str,
     kind: EventKind,
@@ -121,15 +136,15 @@ def end_attempt(
     in `state`."""
     from_state = JobState(state)
     to_state = next_state(from_state, kind)
-    cost = 0.0
-    if run.started_at is not None:
-        cost = run_cost(run.num_gpus, run.started_at, ended_at, run.tflops)
-    ran = replace(account, run_cost=account.run_cost + cost)
+    ran = add_run(account, run, ended_at)
     end = LedgerEvent(
-        kind, from_state, to_state, {"attempt": run.attempt, "run_cost": cost, **(detail or {})}
+        kind,
+        from_state,
+        to_state,
+        {"attempt": run.attempt, "run_cost": ran.cost, **(detail or {})},
     )
-    charge = settle(ran, charge_detail)
-    return AttemptEnd(to_state, charge.account, cost, charge.due, (end, *charge.events))
+    charge = settle(ran.account, charge_detail)
+    return AttemptEnd(to_state, charge.account, ran.cost, charge.due, (end, *charge.events))
 
 
 def resettle_run(
