@@ -34,6 +34,7 @@ from jpushare.store.ledger_writes import (
     write_charge,
 )
 from jpushare.store.records import Cancelled, Ended
+from jpushare.store.run_reports import RunStart, mark_running_many
 from jpushare.store.schema import ACTIVE_STATES, Job, JobState
 from jpushare.store.times import same_instant, to_epoch
 from jpushare.store.transitions import (
@@ -158,29 +159,13 @@ def mark_running(
     attempt: int | None = None,
 ) -> bool:
     """DISPATCHED -> RUNNING: the run really started at `started_at` (run cost counts from
-    there). False if the job is not DISPATCHED (already running, ended, or requeued)."""
+    there). False if the job is not DISPATCHED (already running, ended, or requeued).
+    `mark_running_many` with a list of one."""
     job = _active(session, job_id, attempt)
-    if job is None or job.state != JobState.DISPATCHED.value:
+    if job is None:
         return False
-    values: dict[str, Any] = {"state": JobState.RUNNING.value, "started_at": started_at}
-    if executor_id is not None:
-        values["executor_id"] = executor_id
-    ok = guarded_update(session, job_id, JobState.DISPATCHED.value, **values)
-    if ok:
-        add_events(
-            session,
-            [
-                event_row(
-                    job_id,
-                    started_at,
-                    EventKind.STARTED,
-                    JobState.DISPATCHED.value,
-                    JobState.RUNNING.value,
-                    {"executor_id": executor_id or job.executor_id, "attempt": job.attempts},
-                )
-            ],
-        )
-    return ok
+    start = RunStart(job_id, job.attempts, started_at, executor_id)
+    return bool(mark_running_many(session, [start]))
 
 
 # In the end and charged events of a cancelled run: charged up to the cancel, not yet final.

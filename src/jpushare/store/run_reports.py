@@ -20,7 +20,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from jpushare.ledger import END_EVENTS, Run, end_attempt
+from jpushare.ledger import END_EVENTS, Run, end_attempt, next_state
 from jpushare.store.ledger_writes import AppliedEnd, account_of, execute_all, write_attempt_ends
 from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobState
 from jpushare.store.times import to_epoch
@@ -96,7 +96,7 @@ def mark_running_many(session: Session, starts: Sequence[RunStart]) -> set[int]:
                 s.started_at,
                 EventKind.STARTED,
                 _DISPATCHED,
-                JobState.RUNNING.value,
+                next_state(_DISPATCHED, EventKind.STARTED).value,
                 {"executor_id": executor_id, "attempt": job.attempts},
             )
         )
