@@ -78,26 +78,12 @@ def _active(session: Session, job_id: int, attempt: int | None) -> LockedJob | N
 def confirm_dispatch(
     session: Session, job_id: int, executor_id: str, now: datetime, *, attempt: int | None = None
 ) -> bool:
-    """The executor accepted the run: remember its id (the job stays DISPATCHED)."""
+    """The executor accepted the run: remember its id (the job stays DISPATCHED).
+    `confirm_dispatches` with a list of one."""
     job = _active(session, job_id, attempt)
-    if job is None or job.state != JobState.DISPATCHED.value:
+    if job is None:
         return False
-    if job.executor_id == executor_id:
-        return True
-    ok = guarded_update(session, job_id, job.state, executor_id=executor_id)
-    if ok:
-        add_events(
-            session,
-            [
-                event_row(
-                    job_id,
-                    now,
-                    EventKind.DISPATCH_CONFIRMED,
-                    detail={"executor_id": executor_id, "attempt": job.attempts},
-                )
-            ],
-        )
-    return ok
+    return bool(confirm_dispatches(session, [(job_id, job.attempts, executor_id)], now))
 
 
 _CONFIRM = (
