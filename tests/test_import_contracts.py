@@ -56,6 +56,16 @@ BREAKS = {
         "import time",
         "jpushare.policy is not allowed to import time",
     ),
+    "the ledger reads the clock": (
+        "ledger/charges.py",
+        "import datetime",
+        "jpushare.ledger is not allowed to import datetime",
+    ),
+    "the ledger imports the store": (
+        "ledger/states.py",
+        "from jpushare.store import schema",
+        "jpushare.ledger is not allowed to import jpushare.store",
+    ),
     "the API imports the dispatcher, lazily": (
         "api/why.py",
         "def _late() -> None:\n    from jpushare.dispatcher import cycle",

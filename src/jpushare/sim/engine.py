@@ -48,12 +48,12 @@ queue already in fair-share order (`RankedQueue`, from per-lab lists). Both are 
 plain tuples and the policies decide the same on either (tests/sim/test_engine.py checks it
 on every cycle); `bench/bench_sim.py` measures the result on the shipped traces.
 
-Accounting (SPEC §4) is lazy, with `jpushare.policy.accounting`: run cost per attempt and
-reservation cost per span of constant size are charged to the job, and the lab is billed
-when an attempt ends (completed, OOM, node down, cancelled) or a queued job is cancelled.
-Reservation spans are closed at start / absorb / release, not at every cycle, so the float
-sums are the same whether cycles are skipped or not; the policy's per-cycle
-`AccrueReservation`s only move `Reservation.last_accrued_at` as the service would.
+Accounting (SPEC §4) is lazy, with the store's own rules (`jpushare.ledger`): run cost per
+attempt and reservation cost per span of constant size join the job's account, and the lab
+is billed (`settle`) when an attempt ends (completed, OOM, node down, cancelled) or a
+queued job is cancelled. Reservation spans are closed at start / absorb / release, not at
+every cycle, so the float sums are the same whether cycles are skipped or not; the policy's
+per-cycle `AccrueReservation`s only move `Reservation.last_accrued_at` as the service would.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from operator import attrgetter
 
 from jpushare.formats.cluster_file import ClusterSpec
 from jpushare.formats.trace_file import TraceJob, check_tiers
-from jpushare.policy.accounting import reservation_accrual, run_cost
+from jpushare.ledger import Account, Run, accrue_reservation, add_run, settle
 from jpushare.policy.decide import RankedQueue
 from jpushare.policy.fit import FitReport, check_fit, default_min_sort_order, fits
 from jpushare.policy.model import (
@@ -362,21 +362,18 @@ class _Job:
     """The engine's mutable view of one trace job."""
 
     __slots__ = (
+        "account",
         "attempts",
-        "billed",
         "cancel_requested",
         "epoch",
         "min_sort_order",
         "reason",
-        "res_cost",
         "res_span_start",
         "reservation",
-        "run_cost",
         "run_key",
         "run_start",
         "spec",
         "state",
-        "unbilled",
     )
 
     def __init__(self, spec: TraceJob, min_sort_order: int) -> None:
@@ -389,10 +386,7 @@ class _Job:
         self.epoch = 0  # bumps at every dispatch; stale end events carry an old one
         self.run_start = 0.0
         self.run_key: Key = ("", "")
-        self.run_cost = 0.0
-        self.res_cost = 0.0
-        self.unbilled = 0.0
-        self.billed = 0.0
+        self.account = Account()  # run and reservation costs, and what reached the lab
         self.cancel_requested = False
         self.reason = ""
 
@@ -867,9 +861,8 @@ class _Engine:
         res = job.reservation
         assert res is not None
         tier = self.tier_by_name[res.tier]
-        cost = reservation_accrual(res.gpus, job.res_span_start, t, tier.tflops)
-        job.res_cost += cost
-        job.unbilled += cost
+        accrual = accrue_reservation(job.account, res.gpus, job.res_span_start, t, tier.tflops)
+        job.account = accrual.account
         self.reserved_gpu_s += res.gpus * max(0.0, t - job.res_span_start)
         job.res_span_start = t
 
@@ -884,9 +877,9 @@ class _Engine:
         self.running_gpus -= n
         self.running_ends.ended(self.running.pop(job.spec.job_id))
         self._running_tuple = None
-        cost = run_cost(n, job.run_start, t, self.tier_by_name[tier_name].tflops)
-        job.run_cost += cost
-        job.unbilled += cost
+        run = Run(len(job.attempts) + 1, n, job.run_start, self.tier_by_name[tier_name].tflops)
+        ran = add_run(job.account, run, t)
+        job.account, cost = ran.account, ran.cost
         self.running_gpu_s += n * max(0.0, t - job.run_start)
         job.attempts.append(Attempt(job.run_start, t, node, tier_name, n, outcome, cost))
         job.state = TraceJobState.QUEUED  # until _requeue or _finish says otherwise
@@ -903,12 +896,12 @@ class _Engine:
 
     def _bill(self, job: _Job, t: float) -> None:
         """Everything the job held and was not billed for reaches its lab now (SPEC §4)."""
-        if job.unbilled == 0.0:
+        charge = settle(job.account)
+        if charge.due == 0.0:
             return
         lab = job.spec.lab
-        self.lab_usage[lab] += job.unbilled
-        job.billed += job.unbilled
-        job.unbilled = 0.0
+        self.lab_usage[lab] += charge.due
+        job.account = charge.account
         self.lab_timeline.append((t, lab, self.lab_usage[lab]))
 
     def _mark(self, t: float) -> None:
@@ -932,9 +925,9 @@ class _Engine:
                 state=j.state,
                 submit_time=j.spec.submit_time,
                 attempts=tuple(j.attempts),
-                run_cost=j.run_cost,
-                reservation_cost=j.res_cost,
-                billed=j.billed,
+                run_cost=j.account.run_cost,
+                reservation_cost=j.account.reservation_cost,
+                billed=j.account.charged,
                 reason=j.reason,
             )
             for j in (self.jobs[i] for i in self.order)

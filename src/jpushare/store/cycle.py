@@ -18,7 +18,6 @@ from typing import Any, cast
 from sqlalchemy import DateTime, String, Table, select, type_coerce
 from sqlalchemy.orm import Session
 
-from jpushare.policy.accounting import reservation_accrual
 from jpushare.policy.model import (
     Action,
     Decisions,
@@ -33,13 +32,12 @@ from jpushare.store.actions import KINDS
 from jpushare.store.errors import ConcurrentUpdate
 from jpushare.store.inventory import PlacementKey, placements
 from jpushare.store.launches import launch_details
+from jpushare.store.ledger_writes import accrue_reservation
 from jpushare.store.records import DispatchedJob, Recorded
 from jpushare.store.schema import ACTIVE_STATES, GpuTier, Job, JobState, Lab
 from jpushare.store.times import from_epoch, to_epoch
 from jpushare.store.transitions import (
-    LockedJob,
     add_events,
-    guarded_update,
     lock_jobs,
     rowcount,
 )
@@ -248,7 +246,7 @@ def record_decisions(
     1. Lock every job the decisions name (SELECT … FOR UPDATE, id order).
     2. Accruals: the reservation's cost from its `reservation_last_accrued_at` as stored
        (so a stale or repeated decision cannot accrue twice) to the decision's time, with
-       the policy's own `reservation_accrual`; the lab is not touched (SPEC §4).
+       the ledger's `accrue_reservation`; the lab is not touched (SPEC §4).
     3. Check each action against the locked row, per job in a guard-safe order (absorb,
        release, start, dispatch); one that no longer matches (stale) is skipped.
     4. Apply the rest: per kind one UPDATE … WHERE id = :id AND state = 'GLOBAL_QUEUE_WAIT'
@@ -292,7 +290,9 @@ def record_decisions(
     for job_id, accrual in sorted(accruals.items()):
         job = locked.get(job_id)
         if job is not None:
-            accrued_total += _accrue(session, job, from_epoch(accrual.accrued_to), tflops)
+            tier = job.reserved_tier_id
+            tf = tflops.get(tier, 0.0) if tier is not None else 0.0
+            accrued_total += accrue_reservation(session, job, from_epoch(accrual.accrued_to), tf)
 
     # 3. Check every action against the locked rows.
     applied: set[int] = set()  # indexes into decisions.actions
@@ -330,31 +330,6 @@ def record_decisions(
         skipped=tuple(a for i, a in enumerate(decisions.actions) if i not in applied),
         accrued_tflop_s=accrued_total,
     )
-
-
-def _accrue(
-    session: Session, job: LockedJob, to: datetime, tflops: Mapping[uuid.UUID, float]
-) -> float:
-    last = job.reservation_last_accrued_at
-    if job.state != _QUEUED or job.reserved_gpus <= 0 or last is None or to <= last:
-        return 0.0
-    tier = job.reserved_tier_id
-    cost = reservation_accrual(
-        job.reserved_gpus,
-        to_epoch(last),
-        to_epoch(to),
-        tflops.get(tier, 0.0) if tier is not None else 0.0,
-    )
-    ok = guarded_update(
-        session,
-        job.id,
-        _QUEUED,
-        Job.reserved_gpus == job.reserved_gpus,
-        Job.reservation_last_accrued_at == last,
-        reservation_gpu_seconds=Job.reservation_gpu_seconds + cost,
-        reservation_last_accrued_at=to,
-    )
-    return cost if ok else 0.0
 
 
 def _dispatched(

@@ -19,19 +19,27 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
+from jpushare.ledger import END_EVENTS, EventKind, Run, end_attempt, resettle_run
 from jpushare.policy.accounting import run_cost
 from jpushare.policy.oom import escalate
 from jpushare.store.errors import ConcurrentUpdate, InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.jobs import get_job
+from jpushare.store.ledger_writes import (
+    AppliedEnd,
+    account_of,
+    accrue_reservation,
+    charge_lab,
+    write_attempt_ends,
+    write_charge,
+)
 from jpushare.store.records import Cancelled, Ended
-from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState
+from jpushare.store.run_reports import RunStart, mark_running_many
+from jpushare.store.schema import ACTIVE_STATES, Job, JobState
 from jpushare.store.times import same_instant, to_epoch
 from jpushare.store.transitions import (
     LockedJob,
-    accrue_reservation,
     add_events,
-    charge_lab,
     clean_text,
     event_row,
     guarded_update,
@@ -70,26 +78,12 @@ def _active(session: Session, job_id: int, attempt: int | None) -> LockedJob | N
 def confirm_dispatch(
     session: Session, job_id: int, executor_id: str, now: datetime, *, attempt: int | None = None
 ) -> bool:
-    """The executor accepted the run: remember its id (the job stays DISPATCHED)."""
+    """The executor accepted the run: remember its id (the job stays DISPATCHED).
+    `confirm_dispatches` with a list of one."""
     job = _active(session, job_id, attempt)
-    if job is None or job.state != JobState.DISPATCHED.value:
+    if job is None:
         return False
-    if job.executor_id == executor_id:
-        return True
-    ok = guarded_update(session, job_id, job.state, executor_id=executor_id)
-    if ok:
-        add_events(
-            session,
-            [
-                event_row(
-                    job_id,
-                    now,
-                    EventKind.DISPATCH_CONFIRMED,
-                    detail={"executor_id": executor_id, "attempt": job.attempts},
-                )
-            ],
-        )
-    return ok
+    return bool(confirm_dispatches(session, [(job_id, job.attempts, executor_id)], now))
 
 
 _CONFIRM = (
@@ -151,53 +145,19 @@ def mark_running(
     attempt: int | None = None,
 ) -> bool:
     """DISPATCHED -> RUNNING: the run really started at `started_at` (run cost counts from
-    there). False if the job is not DISPATCHED (already running, ended, or requeued)."""
+    there). False if the job is not DISPATCHED (already running, ended, or requeued).
+    `mark_running_many` with a list of one."""
     job = _active(session, job_id, attempt)
-    if job is None or job.state != JobState.DISPATCHED.value:
+    if job is None:
         return False
-    values: dict[str, Any] = {"state": JobState.RUNNING.value, "started_at": started_at}
-    if executor_id is not None:
-        values["executor_id"] = executor_id
-    ok = guarded_update(session, job_id, JobState.DISPATCHED.value, **values)
-    if ok:
-        add_events(
-            session,
-            [
-                event_row(
-                    job_id,
-                    started_at,
-                    EventKind.STARTED,
-                    JobState.DISPATCHED.value,
-                    JobState.RUNNING.value,
-                    {"executor_id": executor_id or job.executor_id, "attempt": job.attempts},
-                )
-            ],
-        )
-    return ok
-
-
-def _attempt_cost(
-    session: Session, job: LockedJob, ended_at: datetime, started_at: datetime | None
-) -> float:
-    """Run cost of the attempt that ends now (0 if it never started)."""
-    started = job.started_at or started_at
-    if started is None:
-        return 0.0
-    return run_cost(
-        job.num_gpus, to_epoch(started), to_epoch(ended_at), tier_tflops(session, job.tier_id)
-    )
+    start = RunStart(job_id, job.attempts, started_at, executor_id)
+    return bool(mark_running_many(session, [start]))
 
 
 # In the end and charged events of a cancelled run: charged up to the cancel, not yet final.
 _PROVISIONAL: dict[str, Any] = {
     "provisional": True,
     "final_when": "the executor reports when the run really ended",
-}
-
-_END_KINDS = {
-    JobState.COMPLETED: EventKind.COMPLETED,
-    JobState.FAILED: EventKind.FAILED,
-    JobState.CANCELLED: EventKind.CANCELLED,
 }
 
 
@@ -222,7 +182,7 @@ def end_job(
     `provisional`: `ended_at` is not the run's real end (a cancel); the end and charged
     events say so, and `settle_cancelled_run` makes it final.
     """
-    if state not in _END_KINDS:
+    if state not in END_EVENTS:
         raise InvalidRequest(f"end_job takes COMPLETED, FAILED or CANCELLED, not {state}")
     job = _active(session, job_id, attempt)
     if job is None:
@@ -232,8 +192,7 @@ def end_job(
         job,
         ended_at,
         started_at,
-        _END_KINDS[state],
-        state,
+        END_EVENTS[state],
         {
             "ended_at": ended_at,
             "started_at": job.started_at or started_at,
@@ -335,7 +294,6 @@ def _requeue(
     exit_code: int | None,
     values: dict[str, Any],
     detail: dict[str, Any],
-    charge_detail: dict[str, Any] | None = None,
 ) -> Ended | None:
     return _close_attempt(
         session,
@@ -343,7 +301,6 @@ def _requeue(
         ended_at,
         started_at,
         kind,
-        JobState.GLOBAL_QUEUE_WAIT,
         {"reason": reason, "exit_code": exit_code, **_CLEARED_PLACEMENT, **values},
         {
             "reason": reason,
@@ -362,30 +319,25 @@ def _close_attempt(
     ended_at: datetime,
     started_at: datetime | None,
     kind: EventKind,
-    to_state: JobState,
     values: dict[str, Any],
     detail: dict[str, Any],
     charge_detail: dict[str, Any] | None = None,
-) -> Ended | None:
-    """End the job's current attempt: add its run cost, move it to `to_state` (ended, or
-    back to the queue), record the event and charge the lab, all in this transaction."""
-    cost = _attempt_cost(session, job, ended_at, started_at)
-    ok = guarded_update(
-        session,
-        job.id,
-        job.state,
-        Job.attempts == job.attempts,
-        state=to_state.value,
-        run_cost=Job.run_cost + cost,
-        **values,
+) -> Ended:
+    """End the job's current attempt by `kind` as the ledger says (its run cost, its next
+    state, the charge) and write that, all in this transaction."""
+    started = job.started_at or started_at
+    run = Run(
+        job.attempts,
+        job.num_gpus,
+        to_epoch(started) if started is not None else None,
+        tier_tflops(session, job.tier_id),
     )
-    if not ok:
-        return None
-    event = {"attempt": job.attempts, "run_cost": cost, **detail}
-    add_events(session, [event_row(job.id, ended_at, kind, job.state, to_state.value, event)])
-    charged = charge_lab(session, job.id, ended_at, charge_detail)
-    requeued = to_state is JobState.GLOBAL_QUEUE_WAIT
-    return Ended(get_job(session, job.id), charged, requeued=requeued)
+    end = end_attempt(
+        job.state, kind, account_of(job), run, to_epoch(ended_at), detail, charge_detail
+    )
+    write_attempt_ends(session, [AppliedEnd(job, end, ended_at, values)])
+    requeued = end.to_state is JobState.GLOBAL_QUEUE_WAIT
+    return Ended(get_job(session, job.id), end.due, requeued=requeued)
 
 
 def cancel_job(
@@ -433,7 +385,7 @@ def cancel_job(
     released: ReleaseReason | None = None
     events: list[dict[str, Any]] = []
     if job.reserved_gpus > 0:
-        accrue_reservation(session, job, now)
+        accrue_reservation(session, job, now, tier_tflops(session, job.reserved_tier_id))
         released = ReleaseReason.CANCEL
         events.append(
             event_row(
@@ -509,6 +461,11 @@ def settle_cancelled_run(
     else:
         recorded = 0.0  # cancelled before the database knew it had started
     real = run_cost(job.num_gpus, to_epoch(started_at), to_epoch(ended_at), tflops)
+    detail = {
+        "settled_run": {"attempt": attempt, "run_cost": real, "charged_before": recorded},
+        "provisional": False,  # the cancel's provisional charge is final now
+    }
+    charge = resettle_run(account_of(job), recorded, real, detail)
     ok = guarded_update(
         session,
         job_id,
@@ -516,22 +473,9 @@ def settle_cancelled_run(
         Job.attempts == attempt,
         started_at=started_at,
         ended_at=ended_at,
-        run_cost=Job.run_cost + (real - recorded),
+        run_cost=charge.account.run_cost,
     )
     if not ok:
         return 0.0
-    detail = {
-        "settled_run": {"attempt": attempt, "run_cost": real, "charged_before": recorded},
-        "provisional": False,  # the cancel's provisional charge is final now
-    }
-    charged = charge_lab(session, job_id, ended_at, detail)
-    if charged == 0.0:  # nothing to add or take back: say so, the charge is final
-        run_total, reservation_total, bill = session.execute(
-            select(Job.run_cost, Job.reservation_gpu_seconds, Job.charged_tflop_s).where(
-                Job.id == job_id
-            )
-        ).one()
-        totals = {"run_cost": run_total, "reservation_cost": reservation_total, "bill": bill}
-        detail = {"tflop_s": 0.0, **totals, **detail}
-        add_events(session, [event_row(job_id, ended_at, EventKind.CHARGED, detail=detail)])
-    return charged
+    write_charge(session, job_id, job.lab_id, charge, ended_at)
+    return charge.due

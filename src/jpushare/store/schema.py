@@ -47,6 +47,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from jpushare.ledger.states import EventKind as EventKind  # the ledger's, where it lives
 from jpushare.store.times import UtcDateTime
 
 # The states are the shared vocabulary's; named here too, next to the CHECKs that use them.
@@ -71,26 +72,6 @@ class Role(StrEnum):
     STUDENT = "student"
     PI = "pi"
     ADMIN = "admin"
-
-
-class EventKind(StrEnum):
-    """What happened to a job (`job_events.kind`)."""
-
-    SUBMITTED = "submitted"
-    RESERVATION_STARTED = "reservation_started"
-    ABSORBED = "absorbed"
-    RELEASED = "released"  # detail.reason: filled | swap | r3 | r5 | cancel
-    # Accruals get no event (one per cycle would swamp the table): the job's
-    # reservation_gpu_seconds holds the sum, and `released` says how long it was held.
-    DISPATCHED = "dispatched"
-    DISPATCH_CONFIRMED = "dispatch_confirmed"
-    STARTED = "started"
-    OOM_REQUEUED = "oom_requeued"
-    NODE_FAIL_REQUEUED = "node_fail_requeued"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    CHARGED = "charged"  # detail: tflop_s added to the lab and the job's bill so far
 
 
 _RESOURCES_CHECK = (

@@ -6,10 +6,8 @@ A stale caller therefore changes nothing: the guard simply matches no row. Calle
 the row first with `lock_job` (SELECT … FOR UPDATE on PostgreSQL; SQLite transactions
 already hold the write lock from BEGIN IMMEDIATE) so what they compute from it stays true.
 
-Charging follows SPEC §4 with one rule: a job's bill is `run_cost + reservation_gpu_seconds`
-and `charged_tflop_s` is the part already added to the lab, so `charge_lab` adds only the
-difference. Called at every end of an attempt, it makes each TFLOP-second reach the lab
-exactly once, in the transaction that ends the attempt.
+What a transition costs and charges is the ledger's to say (`jpushare.ledger`); the
+store writes its results with `ledger_writes`.
 """
 
 from __future__ import annotations
@@ -25,9 +23,7 @@ from sqlalchemy import Result, insert, select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
-from jpushare.policy.accounting import job_bill, reservation_accrual
-from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab
-from jpushare.store.times import to_epoch
+from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent
 
 # C0 control characters but tab and newline: PostgreSQL refuses NUL in text and JSON (psycopg
 # raises DataError and the whole transaction is lost), and the rest only garbles a reason.
@@ -179,81 +175,3 @@ def tier_name(session: Session, tier_id: uuid.UUID | None) -> str | None:
     if tier_id is None:
         return None
     return session.scalars(select(GpuTier.name).where(GpuTier.id == tier_id)).one_or_none()
-
-
-def accrue_reservation(session: Session, job: LockedJob, now: datetime) -> float:
-    """Accrue the job's reservation cost up to `now` into the job (SPEC §4); the cost added.
-
-    Used where a reservation ends outside the dispatch cycle (cancel). The job must be
-    locked and queued.
-    """
-    if job.reserved_gpus <= 0 or job.reservation_last_accrued_at is None:
-        return 0.0
-    last = job.reservation_last_accrued_at
-    if now <= last:
-        return 0.0
-    cost = reservation_accrual(
-        job.reserved_gpus,
-        to_epoch(last),
-        to_epoch(now),
-        tier_tflops(session, job.reserved_tier_id),
-    )
-    guarded_update(
-        session,
-        job.id,
-        JobState.GLOBAL_QUEUE_WAIT.value,
-        Job.reservation_last_accrued_at == last,
-        reservation_gpu_seconds=Job.reservation_gpu_seconds + cost,
-        reservation_last_accrued_at=now,
-    )
-    return cost
-
-
-def charge_lab(
-    session: Session, job_id: int, at: datetime, detail: dict[str, Any] | None = None
-) -> float:
-    """Add what the lab has not been charged yet of the job's bill; return that amount.
-
-    SPEC §4: run cost of every attempt plus every accrued reservation, exactly once.
-    `detail` is added to the `charged` event's.
-    """
-    row = session.execute(
-        select(Job.lab_id, Job.run_cost, Job.reservation_gpu_seconds, Job.charged_tflop_s).where(
-            Job.id == job_id
-        )
-    ).one()
-    lab_id, run_total, reservation_total, charged = row
-    bill = job_bill(run_total, reservation_total)
-    due = bill - charged
-    if due == 0:
-        return 0.0
-    session.execute(
-        update(Lab)
-        .where(Lab.id == lab_id)
-        .values(cumulative_usage=Lab.cumulative_usage + due)
-        .execution_options(synchronize_session=False)
-    )
-    session.execute(
-        update(Job)
-        .where(Job.id == job_id)
-        .values(charged_tflop_s=bill)
-        .execution_options(synchronize_session=False)
-    )
-    add_events(
-        session,
-        [
-            event_row(
-                job_id,
-                at,
-                EventKind.CHARGED,
-                detail={
-                    "tflop_s": due,
-                    "run_cost": run_total,
-                    "reservation_cost": reservation_total,
-                    "bill": bill,
-                    **(detail or {}),
-                },
-            )
-        ],
-    )
-    return due

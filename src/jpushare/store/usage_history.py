@@ -1,7 +1,8 @@
 """Each lab's charges over a window, read from the `charged` job events (the dashboard's chart).
 
 A lab's usage changes when one of its jobs (or an attempt) is charged, and every charge is
-a `charged` event whose `detail.tflop_s` is the amount added (`transitions.charge_lab`).
+a `charged` event whose `detail.tflop_s` is the amount added (`ledger.settle`, written by
+`ledger_writes`).
 `lab_charges(session, since, until)` returns those amounts in time order, so the dashboard
 can draw each lab's usage backwards from the figure `GET /v1/labs` shows now: the line ends
 exactly at that number. Only SELECTs, in the caller's session.

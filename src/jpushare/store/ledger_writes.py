@@ -1,0 +1,172 @@
+"""The store's one writer of the ledger's results (`jpushare.ledger`): a job's new values
+under its state guard, its lab's charge and the events, for a batch of jobs in a fixed
+number of statements (a list of one is the single case).
+
+The caller has locked the jobs (`transitions.lock_jobs`) and computed with the ledger from
+the locked values, so every guarded UPDATE matches: one that does not is a bug, and raises
+ConcurrentUpdate so the caller's transaction (or savepoint) is rolled back whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy.orm import Session
+
+from jpushare.ledger import Account, AttemptEnd, Charge, LedgerEvent, settle
+from jpushare.ledger import accrue_reservation as ledger_accrue
+from jpushare.store.errors import ConcurrentUpdate
+from jpushare.store.schema import Job, JobState, Lab
+from jpushare.store.times import to_epoch
+from jpushare.store.transitions import (
+    LockedJob,
+    add_events,
+    clean_text,
+    event_row,
+    guarded_update,
+    rowcount,
+)
+
+_JOBS = cast(Table, Job.__table__)
+_LABS = cast(Table, Lab.__table__)
+_QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
+
+_CHARGE_LAB = (
+    update(_LABS)
+    .where(_LABS.c.id == bindparam("b_lab"))
+    .values(cumulative_usage=_LABS.c.cumulative_usage + bindparam("b_due"))
+)
+
+
+def account_of(job: LockedJob) -> Account:
+    """The ledger's account of a locked job."""
+    return Account(job.run_cost, job.reservation_gpu_seconds, job.charged_tflop_s)
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEnd:
+    """An attempt's end to write: the locked job, what the ledger made of it, when, and the
+    further columns the end sets (times, exit code, reason, a requeue's cleared placement)."""
+
+    job: LockedJob
+    end: AttemptEnd
+    at: datetime
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+def ledger_events(job_id: int, at: datetime, events: Sequence[LedgerEvent]) -> list[dict[str, Any]]:
+    """The `job_events` rows of the ledger's events."""
+    return [
+        event_row(
+            job_id,
+            at,
+            e.kind,
+            e.from_state.value if e.from_state is not None else None,
+            e.to_state.value if e.to_state is not None else None,
+            dict(e.detail),
+        )
+        for e in events
+    ]
+
+
+def write_attempt_ends(session: Session, ends: Sequence[AppliedEnd]) -> None:
+    """Each job moves to its end's state with its settled account, guarded on the state
+    and attempt it was locked in; then the labs' charges (one UPDATE per charged job, in
+    the given order, so a lab's usage gains the same additions in the same order as one
+    by one) and every event in one INSERT."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    labs: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for a in ends:
+        values = {
+            "state": a.end.to_state.value,
+            "run_cost": a.end.account.run_cost,
+            "charged_tflop_s": a.end.account.charged,
+            **a.values,
+        }
+        params = {"b_id": a.job.id, "b_state": a.job.state, "b_attempt": a.job.attempts}
+        for name, value in values.items():
+            params["v_" + name] = clean_text(value) if isinstance(value, str) else value
+        groups.setdefault(tuple(values), []).append(params)
+        if a.end.due != 0:
+            labs.append({"b_lab": a.job.lab_id, "b_due": a.end.due})
+        events.extend(ledger_events(a.job.id, a.at, a.end.events))
+    for columns, batch in groups.items():
+        statement = (
+            update(_JOBS)
+            .where(
+                _JOBS.c.id == bindparam("b_id"),
+                _JOBS.c.state == bindparam("b_state"),
+                _JOBS.c.attempts == bindparam("b_attempt"),
+            )
+            .values({name: bindparam("v_" + name) for name in columns})
+        )
+        execute_all(session, statement, batch, "end attempt")
+    execute_all(session, _CHARGE_LAB, labs, "charge")
+    add_events(session, events)
+
+
+def write_charge(session: Session, job_id: int, lab_id: int, charge: Charge, at: datetime) -> None:
+    """A settlement outside an attempt's end (a queued job cancelled, a cancelled run
+    settled): the job's charged total, its lab's usage, the `charged` event."""
+    if charge.due != 0:
+        session.execute(
+            update(_JOBS)
+            .where(_JOBS.c.id == job_id)
+            .values(charged_tflop_s=charge.account.charged)
+            .execution_options(synchronize_session=False)
+        )
+        execute_all(session, _CHARGE_LAB, [{"b_lab": lab_id, "b_due": charge.due}], "charge")
+    add_events(session, ledger_events(job_id, at, charge.events))
+
+
+def execute_all(session: Session, statement: Any, params: list[dict[str, Any]], what: str) -> None:
+    """Run a guarded statement for every parameter set; each must match one row."""
+    if not params:
+        return
+    matched = rowcount(session.execute(statement, params))
+    if matched != len(params):  # impossible under the row locks
+        raise ConcurrentUpdate(f"{what}: {matched} of {len(params)} guarded updates matched")
+
+
+def accrue_reservation(session: Session, job: LockedJob, now: datetime, tflops: float) -> float:
+    """Accrue the locked job's reservation cost up to `now` into the job (SPEC §4: the lab
+    is not charged); the cost added. Nothing unless the job is queued with GPUs reserved,
+    guarded on the reservation it was locked with."""
+    last = job.reservation_last_accrued_at
+    if job.state != _QUEUED or last is None:
+        return 0.0
+    accrual = ledger_accrue(
+        account_of(job), job.reserved_gpus, to_epoch(last), to_epoch(now), tflops
+    )
+    if accrual.accrued_to is None:
+        return 0.0
+    ok = guarded_update(
+        session,
+        job.id,
+        _QUEUED,
+        Job.reserved_gpus == job.reserved_gpus,
+        Job.reservation_last_accrued_at == last,
+        reservation_gpu_seconds=accrual.account.reservation_cost,
+        reservation_last_accrued_at=now,
+    )
+    return accrual.cost if ok else 0.0
+
+
+def charge_lab(
+    session: Session, job_id: int, at: datetime, detail: dict[str, Any] | None = None
+) -> float:
+    """Settle the job as it is in the database now (`ledger.settle`); the amount charged.
+    `detail` is added to the `charged` event's."""
+    lab_id, run_total, reservation_total, charged = session.execute(
+        select(Job.lab_id, Job.run_cost, Job.reservation_gpu_seconds, Job.charged_tflop_s).where(
+            Job.id == job_id
+        )
+    ).one()
+    charge = settle(Account(run_total, reservation_total, charged), detail)
+    write_charge(session, job_id, lab_id, charge, at)
+    return charge.due
