@@ -22,6 +22,23 @@ SQLite and the local executor. Variables:
   (`hol-skip`, `fifo`, `backfill`) that a site runs for comparison; the API's "why", queue
   and start estimates project the same one
 
+What one client may hold of an API process (`jpushare.service.http_server`; each of
+`--workers N` has its own): a connection that is refused or dropped costs no database slot.
+
+- JPUSHARE_HEADER_TIMEOUT_S: a request's headers must arrive whole within it of the
+  connection's start (or of the previous response), else 408 and the connection is
+  closed; default 10
+- JPUSHARE_BODY_TIMEOUT_S: a request's body must arrive whole within it of its headers,
+  else 408 (REQUEST_TIMEOUT) and the connection is closed; default 10
+- JPUSHARE_MAX_CONNECTIONS: open connections per API process; more get 503
+  (TOO_MANY_CONNECTIONS) and are closed; default: the descriptors left after
+  JPUSHARE_RESERVED_FDS, at most 4096
+- JPUSHARE_MAX_CONNECTIONS_PER_PEER: open connections per client address; default 256
+  (at most a quarter of JPUSHARE_MAX_CONNECTIONS)
+- JPUSHARE_RESERVED_FDS: file descriptors kept for the dispatcher, the database and the
+  executor, never given to connections (`serve` raises its soft descriptor limit to the
+  hard one first); default 256
+
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
 - JPUSHARE_SLURM_LOG_DIR: where job output goes (`<prefix>-<job>-<attempt>.out`); must be
@@ -62,6 +79,57 @@ class ConfigError(ValueError):
     """A setting has a value the service cannot use; the message names it."""
 
 
+# --- What one client may hold of an API process (service.http_server) ---
+
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 10.0
+DEFAULT_RESERVED_FDS = 256
+DEFAULT_MAX_CONNECTIONS = 4096  # the most the derived default gives
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """The connection settings (module docstring); None: derived from the fd limit."""
+
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    max_connections: int | None = None
+    max_connections_per_peer: int | None = None
+    reserved_fds: int = DEFAULT_RESERVED_FDS
+
+
+def load_connection_settings(e: Mapping[str, str]) -> ConnectionSettings:
+    """The JPUSHARE_*_TIMEOUT_S / *CONNECTIONS* / RESERVED_FDS settings of `e`."""
+
+    def seconds(name: str, default: float) -> float:
+        text = e.get(name, "").strip()
+        try:
+            value = float(text) if text else default
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, not {text!r}") from None
+        if not 0 < value <= 3600:  # also refuses NaN
+            raise ConfigError(f"{name} must be above 0 and at most 3600 seconds, not {text}")
+        return value
+
+    def count(name: str, least: int) -> int | None:
+        text = e.get(name, "").strip()
+        if not text:
+            return None
+        if not text.isdigit() or not least <= int(text) <= 10**7:
+            raise ConfigError(f"{name} must be a whole number from {least}, not {text!r}")
+        return int(text)
+
+    reserved = count("JPUSHARE_RESERVED_FDS", 32)
+    return ConnectionSettings(
+        header_timeout_s=seconds("JPUSHARE_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S),
+        body_timeout_s=seconds("JPUSHARE_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S),
+        max_connections=count("JPUSHARE_MAX_CONNECTIONS", 1),
+        max_connections_per_peer=count("JPUSHARE_MAX_CONNECTIONS_PER_PEER", 1),
+        reserved_fds=DEFAULT_RESERVED_FDS if reserved is None else reserved,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     database_url: str
@@ -81,6 +149,7 @@ class Settings:
     slurm_submit_as_user: bool | None = None  # None: when the service runs as root
     lease_s: float | None = None  # None: LEASE_CYCLES cycles
     policy: str = DEFAULT_POLICY  # a name of `POLICIES`
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -205,6 +274,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_submit_as_user=as_user[as_user_text],
         lease_s=lease_s,
         policy=policy,
+        connections=load_connection_settings(e),
     )
 
 
