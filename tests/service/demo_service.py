@@ -43,16 +43,26 @@ class DemoService:
 
 @contextmanager
 def demo_service(
+    tmp_path: Path, name: str, *args: str, cycled: bool = False, **settings: str
+) -> Iterator[DemoService]:
+    """`serve --demo *args` with this process's environment less its JPUSHARE_* settings,
+    plus `settings`; ready once it answers /healthz (`cycled`: and has run a cycle). It
+    must exit 0 on SIGTERM at the end."""
+    with demo_service_with(None, tmp_path, name, *args, cycled=cycled, **settings) as demo:
+        yield demo
+
+
+@contextmanager
+def demo_service_with(
+    preexec: Callable[[], None] | None,
     tmp_path: Path,
     name: str,
     *args: str,
     cycled: bool = False,
-    preexec: Callable[[], None] | None = None,
     **settings: str,
 ) -> Iterator[DemoService]:
-    """`serve --demo *args` with this process's environment less its JPUSHARE_* settings,
-    plus `settings`; ready once it answers /healthz (`cycled`: and has run a cycle). It
-    must exit 0 on SIGTERM at the end. `preexec`: run in the child first (`start_service`)."""
+    """`demo_service`, with `preexec` run in the service's process first (`start_service`:
+    e.g. to lower a limit)."""
     port = free_port()
     state = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}

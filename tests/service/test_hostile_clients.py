@@ -34,7 +34,7 @@ import pytest
 from jpushare import store
 from jpushare.store.health import load_health
 from tests.dispatcher.conftest import wait_for
-from tests.service.demo_service import DemoService, demo_service
+from tests.service.demo_service import DemoService, demo_service, demo_service_with
 
 SLOW_S = 20  # the header and body deadlines of the service under attack
 CLIENT_S = 15.0  # a normal request that takes longer waited for the stalled ones
@@ -252,11 +252,11 @@ FLOOD = 1000
 def test_the_dispatcher_keeps_cycling_while_clients_exhaust_the_connections(
     tmp_path: Path,
 ) -> None:
-    with demo_service(
+    with demo_service_with(
+        lambda: limit_fds(FDS),
         tmp_path,
         "exhausted",
         cycled=True,
-        preexec=lambda: limit_fds(FDS),
         JPUSHARE_CYCLE_S="0.2",
         JPUSHARE_HEADER_TIMEOUT_S="120",
     ) as demo:
@@ -279,10 +279,10 @@ def test_the_dispatcher_keeps_cycling_while_clients_exhaust_the_connections(
 
 
 def test_accept_errors_are_logged_once_per_interval(tmp_path: Path) -> None:
-    with demo_service(
+    with demo_service_with(
+        lambda: limit_fds(FDS),
         tmp_path,
         "accept-errors",
-        preexec=lambda: limit_fds(FDS),
         JPUSHARE_HEADER_TIMEOUT_S="120",
         # A cap over what the limit allows (the service warns of it): accept fails.
         JPUSHARE_MAX_CONNECTIONS=str(FLOOD),
