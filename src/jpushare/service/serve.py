@@ -8,11 +8,12 @@ thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the di
 (which finishes its cycle and releases its lease); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
 
-No client can take what the dispatcher needs: it has a database engine (a connection
-pool) of its own, not the API's; the process's soft descriptor limit is raised to the
-hard one at start and `JPUSHARE_RESERVED_FDS` of it are never given to connections; and
-uvicorn serves through `service.http_server`, whose deadlines and per-process and
-per-address connection caps drop slow and surplus clients before they reach the app.
+No client can take what the dispatcher needs: on a database server it has an engine (a
+connection pool) of its own, not the API's (on SQLite it shares the API's pool, which the
+API's slots never fill); the process's soft descriptor limit is raised to the hard one at
+start and `JPUSHARE_RESERVED_FDS` of it are never given to connections; and uvicorn
+serves through `service.http_server`, whose deadlines and per-process and per-address
+connection caps drop slow and surplus clients before they reach the app.
 
 The executor (`JPUSHARE_EXECUTOR`):
 - `local`: GPUs from NVML / nvidia-smi, else declared by the cluster file
@@ -52,6 +53,7 @@ from jpushare.policy.peers import POLICIES
 from jpushare.service.account_rule import check_service_account
 from jpushare.service.dispatch_health import HealthRecorder, counting
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
+from jpushare.store.engine import is_sqlite
 from jpushare.store.observations import load_observed_busy
 from jpushare.vocabulary import store_job_id
 
@@ -255,10 +257,17 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         metrics.observe_dispatch_cycle(report.duration_s)
 
     thread: threading.Thread | None = None
-    # The dispatcher's own pool: requests, however many and slow, cannot hold its
-    # connections (and the API's slots never wait for the dispatcher's).
-    dispatcher_engine = store.make_engine(settings.database_url)
-    dispatcher_sessions = store.make_sessionmaker(dispatcher_engine)
+    # A database server: the dispatcher's own pool, which requests, however many and slow,
+    # cannot hold. SQLite: the API's engine, whose pool the API's slots never fill
+    # (`api.deps.db_slots_for` leaves connections spare) and whose one write lock is the
+    # file's anyway; a second engine on the file in this process, with another process
+    # reading it, was seen to end in "database disk image is malformed".
+    dispatcher_engine = engine if is_sqlite(settings.database_url) else None
+    if dispatcher_engine is None:
+        dispatcher_engine = store.make_engine(settings.database_url)
+    dispatcher_sessions = (
+        sessions if dispatcher_engine is engine else store.make_sessionmaker(dispatcher_engine)
+    )
     lock = lock_for(
         settings.database_url, sessions=dispatcher_sessions, lease_s=settings.dispatcher_lease_s
     )
@@ -360,7 +369,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         if close is not None:
             close()
         engine.dispose()
-        dispatcher_engine.dispose()
+        if dispatcher_engine is not engine:
+            dispatcher_engine.dispose()
         for s, handler in previous.items():
             signal.signal(s, handler)
         log.info("service stopped")
