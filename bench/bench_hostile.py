@@ -349,7 +349,7 @@ def run_phase(
     svc: Service, name: str, kind: str | None, count: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     before_sum, before_count = svc.cycle_seconds()
-    ok0, failed0 = svc.cycles()
+    _, failed0 = svc.cycles()
     settle = 5.0 if kind else 0.0
     hold_s = args.duration + settle + 2
     peak_fds, peak_rss = svc.fds(), svc.rss_mb()
@@ -374,7 +374,7 @@ def run_phase(
                 sampler.cancel()
 
         users = asyncio.run(measure())
-        ok1, failed1 = svc.cycles()
+        _, failed1 = svc.cycles()
         hostile_counts = collect(procs) if procs else {}
     after_sum, after_count = svc.cycle_seconds()
     cycles = after_count - before_count  # NaN if /metrics did not answer
