@@ -277,13 +277,16 @@ class GuardedH11Protocol(H11Protocol):
         self.deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        peer = self.client[0] if self.client else ""
+        peername = transport.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
         refusal = self.peers.admit(peer, self.limits)
         if refusal is not None:
+            # Refused before uvicorn knows of it: the least work per connection of a flood.
+            self.transport = transport
             self._refuse(refusal)
             return
         self.peer = peer
+        super().connection_made(transport)
         self._arm_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -294,7 +297,8 @@ class GuardedH11Protocol(H11Protocol):
         if self.lingering:
             self.lingering = False
             self.peers.lingering -= 1
-        super().connection_lost(exc)
+        if not self.refused:
+            super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
