@@ -5,9 +5,10 @@ cluster) on a free loopback port with a fresh state folder, then runs three phas
 `--duration` seconds each:
 
 - rest: no hostile client;
-- slow: `--slow` (1,000) clients that send a POST's headers (a third with a valid bearer
-  token, a third with a garbage MUNGE credential, a third with none), declare a
-  1,000-byte body and send one byte of it a second; each reconnects a second after the
+- slow: `--slow` (1,000) clients that send a POST's headers (a third POST /v1/jobs with a
+  valid bearer token; a third POST /v1/jobs/1/cancel, a route that takes no body, with a
+  garbage MUNGE credential, a third with none), declare a 1,000-byte body and send one
+  byte of it a second; each reconnects a second after the
   service drops it;
 - idle: `--idle` (20,000) connections that send half a request line and then one header
   line every 10 s (the descriptor-exhaustion attack); each reconnects a second after the
@@ -103,8 +104,9 @@ async def hostile(kind: str, host: str, port: int, source: str, token: str, stop
                         "Authorization: MUNGE MUNGE:garbage:\r\n",
                         "",
                     )[i % 3]
+                    path = "/v1/jobs" if i % 3 == 0 else "/v1/jobs/1/cancel"
                     writer.write(
-                        f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: "
+                        f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: "
                         "application/json\r\nContent-Length: 1000\r\n\r\n".encode()
                     )
                     step, piece = 1.0, b" "
