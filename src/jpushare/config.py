@@ -30,6 +30,23 @@ For `JPUSHARE_EXECUTOR=local` (the local executor's limits on every run; ignored
   this many bytes (RLIMIT_FSIZE: the writer gets SIGXFSZ and the run ends FAILED saying
   so); `0` for no limit; default 68719476736 (64 GiB)
 
+What one client may hold of an API process (`jpushare.service.http_server`; each of
+`--workers N` has its own): a connection that is refused or dropped costs no database slot.
+
+- JPUSHARE_HEADER_TIMEOUT_S: a request's headers must arrive whole within it of the
+  connection's start (or of the previous response), else 408 and the connection is
+  closed; default 10
+- JPUSHARE_BODY_TIMEOUT_S: a request's body must arrive whole within it of its headers,
+  else 408 (REQUEST_TIMEOUT) and the connection is closed; default 10
+- JPUSHARE_MAX_CONNECTIONS: open connections per API process; more get 503
+  (TOO_MANY_CONNECTIONS) and are closed; default: the descriptors left after
+  JPUSHARE_RESERVED_FDS, at most 4096
+- JPUSHARE_MAX_CONNECTIONS_PER_PEER: open connections per client address; default 256
+  (at most a quarter of JPUSHARE_MAX_CONNECTIONS)
+- JPUSHARE_RESERVED_FDS: file descriptors kept for the dispatcher, the database and the
+  executor, never given to connections (`serve` raises its soft descriptor limit to the
+  hard one first); default 256
+
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
 - JPUSHARE_SLURM_LOG_DIR: where job output goes (`<prefix>-<job>-<attempt>.out`); must be
@@ -72,6 +89,57 @@ class ConfigError(ValueError):
     """A setting has a value the service cannot use; the message names it."""
 
 
+# --- What one client may hold of an API process (service.http_server) ---
+
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 10.0
+DEFAULT_RESERVED_FDS = 256
+DEFAULT_MAX_CONNECTIONS = 4096  # the most the derived default gives
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """The connection settings (module docstring); None: derived from the fd limit."""
+
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    max_connections: int | None = None
+    max_connections_per_peer: int | None = None
+    reserved_fds: int = DEFAULT_RESERVED_FDS
+
+
+def load_connection_settings(e: Mapping[str, str]) -> ConnectionSettings:
+    """The JPUSHARE_*_TIMEOUT_S / *CONNECTIONS* / RESERVED_FDS settings of `e`."""
+
+    def seconds(name: str, default: float) -> float:
+        text = e.get(name, "").strip()
+        try:
+            value = float(text) if text else default
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, not {text!r}") from None
+        if not 0 < value <= 3600:  # also refuses NaN
+            raise ConfigError(f"{name} must be above 0 and at most 3600 seconds, not {text}")
+        return value
+
+    def count(name: str, least: int) -> int | None:
+        text = e.get(name, "").strip()
+        if not text:
+            return None
+        if not text.isdigit() or not least <= int(text) <= 10**7:
+            raise ConfigError(f"{name} must be a whole number from {least}, not {text!r}")
+        return int(text)
+
+    reserved = count("JPUSHARE_RESERVED_FDS", 32)
+    return ConnectionSettings(
+        header_timeout_s=seconds("JPUSHARE_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S),
+        body_timeout_s=seconds("JPUSHARE_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S),
+        max_connections=count("JPUSHARE_MAX_CONNECTIONS", 1),
+        max_connections_per_peer=count("JPUSHARE_MAX_CONNECTIONS_PER_PEER", 1),
+        reserved_fds=DEFAULT_RESERVED_FDS if reserved is None else reserved,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     database_url: str
@@ -93,6 +161,7 @@ class Settings:
     policy: str = DEFAULT_POLICY  # a name of `POLICIES`
     local_pids_max: int | None = DEFAULT_LOCAL_PIDS_MAX  # None: no limit
     local_output_max_bytes: int | None = DEFAULT_LOCAL_OUTPUT_MAX_BYTES  # None: no limit
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -221,6 +290,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         local_output_max_bytes=_limit(
             e, "JPUSHARE_LOCAL_OUTPUT_MAX_BYTES", DEFAULT_LOCAL_OUTPUT_MAX_BYTES, 1 << 20
         ),
+        connections=load_connection_settings(e),
     )
 
 

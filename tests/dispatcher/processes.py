@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,14 @@ class Service:
 
 
 def start_service(
-    name: str, env: dict[str, str], log_dir: Path, *args: str, cwd: Path = REPO
+    name: str,
+    env: dict[str, str],
+    log_dir: Path,
+    *args: str,
+    cwd: Path = REPO,
+    preexec: Callable[[], None] | None = None,
 ) -> Service:
+    """`preexec`: run in the child before the service starts (e.g. to lower a limit)."""
     log_path = log_dir / f"{name}.log"
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
@@ -84,6 +91,7 @@ def start_service(
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=preexec,
         )
     return Service(name, proc, log_path)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +48,26 @@ def demo_service(
     """`serve --demo *args` with this process's environment less its JPUSHARE_* settings,
     plus `settings`; ready once it answers /healthz (`cycled`: and has run a cycle). It
     must exit 0 on SIGTERM at the end."""
+    with demo_service_with(None, tmp_path, name, *args, cycled=cycled, **settings) as demo:
+        yield demo
+
+
+@contextmanager
+def demo_service_with(
+    preexec: Callable[[], None] | None,
+    tmp_path: Path,
+    name: str,
+    *args: str,
+    cycled: bool = False,
+    **settings: str,
+) -> Iterator[DemoService]:
+    """`demo_service`, with `preexec` run in the service's process first (`start_service`:
+    e.g. to lower a limit)."""
     port = free_port()
     state = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JPUSHARE_")}
     env.update(JPUSHARE_STATE_DIR=str(state), JPUSHARE_PORT=str(port), **settings)
-    service = start_service(name, env, tmp_path, "--demo", *args, cwd=REPO)
+    service = start_service(name, env, tmp_path, "--demo", *args, cwd=REPO, preexec=preexec)
     url = f"http://127.0.0.1:{port}"
     tokens = state / TOKENS_FILE
 

@@ -9,6 +9,7 @@
         metrics: ServiceMetrics | None = None,
         munge: MungeSignIn | None | "auto" = "auto",
         max_body_bytes: int = 1 MiB,
+        body_timeout_s: float = 10.0,
         only_unix_user: str | None = None,
         placement_order: PlacementOrder = PlacementOrder.PACK,
         policy: NamedPolicy = decide,
@@ -23,7 +24,8 @@
 - `munge`: how `Authorization: MUNGE <credential>` is decoded (`api.munge_auth`); "auto":
   libmunge or the munge commands when this host has them, else MUNGE is refused (401
   MUNGE_UNAVAILABLE) and tokens still work; None: refused.
-- `max_body_bytes`: request bodies over it get 413 before they are read (`api.body_limit`).
+- `max_body_bytes`, `body_timeout_s`: the body is read whole before the app runs: over the
+  limit 413, slower than the deadline 408 (`api.body_limit`).
 - `only_unix_user`: a service that is not root runs jobs as its own account only
   (`service.account_rule`): new users of any other account get 422 ACCOUNT_NOT_SERVED.
 - `placement_order`: the dispatcher's dispatch order (`JPUSHARE_PLACEMENT`), so that "why"
@@ -43,20 +45,19 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.api.body_limit import BodyLimit, BodyTooLarge
+from jpushare.api.body_limit import BodyLimit
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
-from jpushare.api.errors import ErrorCode, error_response, install_error_handlers
+from jpushare.api.errors import install_error_handlers
 from jpushare.api.estimates import StartEstimateCache
 from jpushare.api.figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
-from jpushare.config import DEFAULT_MAX_BODY_BYTES
+from jpushare.config import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.munge import default_munge
@@ -87,14 +88,16 @@ Every error is `{"error": {"code", "message", "details"}}` with code one of
 VALIDATION_ERROR (422; 400 for a body that cannot be parsed at all, e.g. not UTF-8, or a
 Content-Length that is not a number), NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT,
 ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT
-(409), PAYLOAD_TOO_LARGE (413: bodies over the service's limit, 1 MiB by default),
-UNAVAILABLE (503), DATABASE_UNAVAILABLE (503,
+(409), REQUEST_TIMEOUT (408: headers or body not sent whole in time), PAYLOAD_TOO_LARGE
+(413: bodies over the service's limit, 1 MiB by default), UNAVAILABLE (503),
+TOO_MANY_CONNECTIONS (503, with Retry-After: the client's address holds enough
+connections), DATABASE_UNAVAILABLE (503,
 with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
 Request bodies are strict: numbers are JSON numbers (not strings or booleans), within the
 bounds each field's schema states.
 """
 
-# What any route may answer besides its own responses (the body limit and the database
+# What any route may answer besides its own responses (the body guard and the database
 # sit in front of every route).
 COMMON_RESPONSES: dict[int | str, dict[str, object]] = {
     400: {
@@ -102,6 +105,7 @@ COMMON_RESPONSES: dict[int | str, dict[str, object]] = {
         "description": "VALIDATION_ERROR: the body cannot be parsed (e.g. not UTF-8), "
         "or Content-Length is not a number",
     },
+    408: {"model": ErrorPublic, "description": "REQUEST_TIMEOUT: the body came too slowly"},
     413: {"model": ErrorPublic, "description": "PAYLOAD_TOO_LARGE: the body is over the limit"},
     503: {
         "model": ErrorPublic,
@@ -119,6 +123,7 @@ def create_app(
     metrics: ServiceMetrics | None = None,
     munge: MungeSignIn | Literal["auto"] | None = "auto",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     only_unix_user: str | None = None,
     placement_order: PlacementOrder = PlacementOrder.PACK,
     policy: NamedPolicy = decide,
@@ -164,18 +169,7 @@ def create_app(
     )
     install_error_handlers(app)
 
-    async def on_too_large(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, BodyTooLarge)
-        return error_response(
-            413,
-            ErrorCode.PAYLOAD_TOO_LARGE,
-            exc.detail,
-            {"limit_bytes": max_body_bytes},
-            {"Connection": "close"},
-        )
-
-    app.add_exception_handler(BodyTooLarge, on_too_large)
-    app.add_middleware(BodyLimit, limit=max_body_bytes)
+    app.add_middleware(BodyLimit, limit=max_body_bytes, timeout_s=body_timeout_s)
     for router in (jobs.router, cluster.router, stats.router, admin.router, service.router):
         app.include_router(router)
     from jpushare.web import install_web  # here: jpushare.web imports the API's routes

@@ -147,7 +147,9 @@ async def get_session(request: Request, context: ContextDep) -> AsyncIterator[Se
 
     The slot is awaited on the event loop, before any thread is taken: with sync handlers
     in a thread pool, requests that block threads while waiting for a pooled connection
-    can starve the requests that hold the connections (and time out after 30 s).
+    can starve the requests that hold the connections (and time out after 30 s). A slot
+    never waits on the client: its headers and whole body have arrived, within deadlines,
+    before the app runs (`service.http_server`, `api.body_limit`).
     """
     if request.method in READ_ONLY_METHODS:
         slots, sessions = context.db_slots.reads, context.read_sessions
@@ -198,12 +200,17 @@ _bearer = HTTPBearer(
 
 def get_current_user(
     request: Request,
-    session: SessionDep,
-    context: ContextDep,
-    _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     munge_body: Annotated[bytes | None, Depends(body_of_munge_request)],
+    _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    context: ContextDep,
+    session: SessionDep,
 ) -> UserRecord:
-    """The user of the request's `Authorization`: `Bearer <token>` or `MUNGE <credential>`."""
+    """The user of the request's `Authorization`: `Bearer <token>` or `MUNGE <credential>`.
+
+    The session comes last (FastAPI solves dependencies in this order): nothing here waits
+    on the client while it holds a database slot. `api.body_limit` has read the whole body
+    under a deadline before the app ran, so MUNGE's body is in memory already.
+    """
     scheme, _, value = request.headers.get("authorization", "").strip().partition(" ")
     if scheme.lower() == "munge":
         body = munge_body if munge_body is not None else b""

@@ -47,10 +47,12 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "NOT_FOUND"  # 404: no such job, lab, user, node, tier, token or path
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"  # 405
     CONFLICT = "CONFLICT"  # 409: e.g. cancelling an ended job, a name that exists
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"  # 408: headers or body not sent whole in time
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"  # 413: a request body over the service's limit
     INTERNAL = "INTERNAL"  # 500: a bug; details are in the server log only
     UNAVAILABLE = "UNAVAILABLE"  # 503: e.g. the log asked of a process without an executor
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"  # 503: the database cannot be reached now
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"  # 503: this client address holds enough
 
 
 class ApiError(Exception):

@@ -4,7 +4,9 @@ The dispatcher stays in the main process (`serve.run_service` starts it as befor
 thread); only the API is multiplied. The main process runs migrations and demo setup,
 binds the listening socket, then uvicorn's supervisor starts N worker processes (spawned,
 not forked) that share the socket, restarts a worker that dies, and stops them all on
-SIGINT / SIGTERM. Each worker builds its own app with `create_worker_app`, an import-string
+SIGINT / SIGTERM. Every worker serves through the same guarded protocol as one process
+(`service.http_server`: header and body deadlines, connection caps), each counting its own
+connections. Each worker builds its own app with `create_worker_app`, an import-string
 factory that reads the settings from the environment it inherits (`load_settings()`: the
 same `JPUSHARE_*` variables the main process read) and builds its own engine and executor
 (for cancel and the log endpoint; the local executor keeps its state in files under a
@@ -30,6 +32,7 @@ import socket
 from fastapi import FastAPI
 
 from jpushare.config import Settings
+from jpushare.service.http_server import ConnectionLimits, GuardedConfig
 from jpushare.store.engine import is_sqlite
 
 APP_FACTORY = "jpushare.service.api_workers:create_worker_app"
@@ -59,6 +62,7 @@ def create_worker_app() -> FastAPI:
         executor=executor,
         observed_busy=load_observed_busy,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.connections.body_timeout_s,
         only_unix_user=served_account(settings.executor),
         placement_order=settings.placement_order,
         policy=POLICIES[settings.policy],
@@ -78,10 +82,10 @@ def keep_nodelay(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def run_api_workers(settings: Settings, workers: int) -> bool:
+def run_api_workers(settings: Settings, workers: int, limits: ConnectionLimits) -> bool:
     """Serve the API from `workers` processes until SIGINT / SIGTERM (uvicorn's supervisor
-    handles both while it runs). False if it could not start (port taken, app failing)."""
-    import uvicorn
+    handles both while it runs). False if it could not start (port taken, app failing).
+    Each worker serves through `service.http_server` with `limits`, counted per worker."""
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
@@ -93,8 +97,10 @@ def run_api_workers(settings: Settings, workers: int) -> bool:
             "several workers better.",
             workers,
         )
-    config = uvicorn.Config(
+    log.info("API connections, in each of %d workers: %s", workers, limits.describe())
+    config = GuardedConfig(
         APP_FACTORY,
+        limits=limits,
         factory=True,
         host=settings.host,
         port=settings.port,

@@ -8,6 +8,13 @@ thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the di
 (which finishes its cycle and releases its lease); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
 
+No client can take what the dispatcher needs: on a database server it has an engine (a
+connection pool) of its own, not the API's (on SQLite it shares the API's pool, which the
+API's slots never fill); the process's soft descriptor limit is raised to the hard one at
+start and `JPUSHARE_RESERVED_FDS` of it are never given to connections; and uvicorn
+serves through `service.http_server`, whose deadlines and per-process and per-address
+connection caps drop slow and surplus clients before they reach the app.
+
 The executor (`JPUSHARE_EXECUTOR`):
 - `local`: GPUs from NVML / nvidia-smi, else declared by the cluster file
   (`JPUSHARE_CLUSTER`, or the demo's), else by the inventory already in the database;
@@ -46,6 +53,7 @@ from jpushare.policy.peers import POLICIES
 from jpushare.service.account_rule import check_service_account
 from jpushare.service.dispatch_health import HealthRecorder, counting
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
+from jpushare.store.engine import is_sqlite
 from jpushare.store.observations import load_observed_busy
 from jpushare.vocabulary import store_job_id
 
@@ -206,6 +214,10 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
     # Everything the service writes is its own: jobs must not read the state directory, the
     # database or the run records (the jobs' own output files are made by the jobs).
     os.umask(0o077)
+    from jpushare.service.http_server import GuardedConfig, limits_for, raise_fd_limit
+
+    fd_limit = raise_fd_limit()
+    limits = limits_for(settings.connections, fd_limit) if options.api else None
     settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     check_state_is_ours(settings)
     settings.state_dir.chmod(0o700)
@@ -250,11 +262,24 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         metrics.observe_dispatch_cycle(report.duration_s)
 
     thread: threading.Thread | None = None
-    lock = lock_for(settings.database_url, sessions=sessions, lease_s=settings.dispatcher_lease_s)
+    # A database server: the dispatcher's own pool, which requests, however many and slow,
+    # cannot hold. SQLite: the API's engine, whose pool the API's slots never fill
+    # (`api.deps.db_slots_for` leaves connections spare) and whose one write lock is the
+    # file's anyway; a second engine on the file in this process, with another process
+    # reading it, was seen to end in "database disk image is malformed".
+    dispatcher_engine = engine if is_sqlite(settings.database_url) else None
+    if dispatcher_engine is None:
+        dispatcher_engine = store.make_engine(settings.database_url)
+    dispatcher_sessions = (
+        sessions if dispatcher_engine is engine else store.make_sessionmaker(dispatcher_engine)
+    )
+    lock = lock_for(
+        settings.database_url, sessions=dispatcher_sessions, lease_s=settings.dispatcher_lease_s
+    )
     if options.dispatcher:
         # The dispatcher's health goes to the database, for every API process.
         health = HealthRecorder(
-            sessions,
+            dispatcher_sessions,
             holder=str(getattr(lock, "holder", None) or f"{socket.gethostname()}:{os.getpid()}"),
             cycle_s=settings.cycle_s,
         )
@@ -264,7 +289,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             health.cycle_done(report)
 
         deps = CycleDeps(
-            sessions,
+            dispatcher_sessions,
             counting(executor, health.executor_failed),
             router,
             gpu_type_to_tier=gpu_type_to_tier(settings),
@@ -294,7 +319,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
 
             if banner:
                 print(banner, flush=True)
-            if not run_api_workers(settings, options.workers):
+            assert limits is not None
+            if not run_api_workers(settings, options.workers, limits):
                 log.error("the API could not start on %s:%d", settings.host, settings.port)
                 return 1
         elif options.api:
@@ -308,13 +334,21 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 observed_busy=load_observed_busy,
                 metrics=metrics,
                 max_body_bytes=settings.max_body_bytes,
+                body_timeout_s=settings.connections.body_timeout_s,
                 only_unix_user=only_account,
                 placement_order=settings.placement_order,
                 policy=POLICIES[settings.policy],
                 cycle_s=settings.cycle_s,
             )
-            config = uvicorn.Config(
-                app, host=settings.host, port=settings.port, log_level="info", access_log=False
+            assert limits is not None
+            log.info("API connections: %s", limits.describe())
+            config = GuardedConfig(
+                app,
+                limits=limits,
+                host=settings.host,
+                port=settings.port,
+                log_level="info",
+                access_log=False,
             )
             server = uvicorn.Server(config)
             if banner:
@@ -340,6 +374,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         if close is not None:
             close()
         engine.dispose()
+        if dispatcher_engine is not engine:
+            dispatcher_engine.dispose()
         for s, handler in previous.items():
             signal.signal(s, handler)
         log.info("service stopped")
