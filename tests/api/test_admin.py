@@ -65,7 +65,7 @@ def test_labs_users_and_tokens(api: ApiWorld) -> None:
     assert secret.startswith("jps_") and r.json()["token"]["label"] == "laptop"
     me = api.client.post(
         "/v1/jobs",
-        json={"command": "true", "num_gpus": 1},
+        json={"workdir": "/tmp", "command": "true", "num_gpus": 1},
         headers={"Authorization": f"Bearer {secret}"},
     )
     assert me.status_code == 201 and me.json()["user"] == "gus" and me.json()["lab"] == "gamma"
@@ -115,7 +115,10 @@ def test_nodes_gpus_drain_undrain_remove(api: ApiWorld) -> None:
         "NOT_FOUND",
     )
     # 8 GPUs on one node now fit: no NO_FIT_PLACEMENT any more.
-    assert api.post("/v1/jobs", json={"command": "x", "num_gpus": 8}).status_code == 201
+    assert (
+        api.post("/v1/jobs", json={"workdir": "/tmp", "command": "x", "num_gpus": 8}).status_code
+        == 201
+    )
     r = api.post("/v1/admin/nodes/node-d/drain", "root", json={"reason": "maintenance"})
     assert r.json()["drained"] and not r.json()["schedulable"]
     r = api.post("/v1/admin/nodes/node-d/undrain", "root")

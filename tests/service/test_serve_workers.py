@@ -74,7 +74,7 @@ def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> No
                 return states == {"COMPLETED"}
 
             wait_for(all_completed, "the dispatcher runs the jobs to completion")
-            too_big = client.post("/v1/jobs", json={"command": "true", "num_gpus": 99})
+            too_big = client.post("/v1/jobs", json={"workdir": "/tmp", "command": "true", "num_gpus": 99})
             assert too_big.status_code == 422
     # The supervisor stopped its workers before the main process exited.
     assert not any(_alive(pid) for pid in workers)

@@ -12,6 +12,7 @@
         only_unix_user: str | None = None,
         placement_order: PlacementOrder = PlacementOrder.PACK,
         policy: NamedPolicy = decide,
+        user_quotas: UserQuotas | None = None,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -30,6 +31,9 @@
   and the queue answer with the placements the next cycle will choose.
 - `policy`: the dispatcher's policy (`JPUSHARE_POLICY`), which "why", the queue and the
   start estimates project.
+- `user_quotas`: the per-user limits POST /v1/jobs enforces (429 QUOTA_EXCEEDED);
+  None: `JPUSHARE_MAX_ACTIVE_JOBS_PER_USER` / `JPUSHARE_MAX_JOB_BYTES_PER_USER` from the
+  environment (`config.load_user_quotas`), read once here.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -56,7 +60,7 @@ from jpushare.api.figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
-from jpushare.config import DEFAULT_MAX_BODY_BYTES
+from jpushare.config import DEFAULT_MAX_BODY_BYTES, UserQuotas, load_user_quotas
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.munge import default_munge
@@ -88,6 +92,9 @@ VALIDATION_ERROR (422; 400 for a body that cannot be parsed at all, e.g. not UTF
 Content-Length that is not a number), NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT,
 ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT
 (409), PAYLOAD_TOO_LARGE (413: bodies over the service's limit, 1 MiB by default),
+QUOTA_EXCEEDED (429: the user already has the most active jobs, or bytes of command and
+environment in them, one user may have; `details` names the limit, its maximum and the
+current value; nothing was stored), ROOT_ACCOUNT (422: a user may not run as uid 0),
 UNAVAILABLE (503), DATABASE_UNAVAILABLE (503,
 with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
 Request bodies are strict: numbers are JSON numbers (not strings or booleans), within the
@@ -123,6 +130,7 @@ def create_app(
     placement_order: PlacementOrder = PlacementOrder.PACK,
     policy: NamedPolicy = decide,
     cycle_s: float = 5.0,
+    user_quotas: UserQuotas | None = None,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     if munge == "auto":
@@ -162,6 +170,7 @@ def create_app(
         policy=policy,
         start_estimates=StartEstimateCache(cycle_s, placement_order, policy=policy),
     )
+    app.state.user_quotas = user_quotas if user_quotas is not None else load_user_quotas()
     install_error_handlers(app)
 
     async def on_too_large(_request: Request, exc: Exception) -> JSONResponse:
