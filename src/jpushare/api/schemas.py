@@ -561,6 +561,11 @@ class UserCreate(_In):
         "default: the user's name. It must exist on the service's host (422 "
         "UNKNOWN_UNIX_ACCOUNT otherwise)",
     )
+    allow_root: bool = Field(
+        default=False,
+        description="map the user to an account with uid 0 (root): refused (422 "
+        "ROOT_ACCOUNT) unless true, since such a user's jobs would run as root",
+    )
 
 
 class UserPublic(BaseModel):

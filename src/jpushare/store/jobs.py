@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    Select,
     LargeBinary,
+    Select,
     Text,
     bindparam,
     case,
