@@ -90,7 +90,8 @@ class ApiWorld:
         return self.client.post(path, headers=self.auth(user), **kw)
 
     def submit(self, user: str, num_gpus: int, **body: Any) -> int:
-        r = self.post("/v1/jobs", user, json=job_body(num_gpus, name=f"{user}-{num_gpus}", **body))
+        fields = {"name": f"{user}-{num_gpus}", **body}
+        r = self.post("/v1/jobs", user, json=job_body(num_gpus, **fields))
         assert r.status_code == 201, r.text
         job_id: int = r.json()["id"]
         return job_id

@@ -189,8 +189,21 @@ def test_a_user_is_a_unix_account_of_this_host(api: ApiWorld) -> None:
         body = {"name": "ivy", "lab": "gamma", "unix_user": bad}
         error(api.post("/v1/admin/users", "root", json=body), 422, "VALIDATION_ERROR")
     # an existing account, under another user name
+    body = {"name": "ivy", "lab": "gamma", "unix_user": "nobody"}
+    r = api.post("/v1/admin/users", "root", json=body)
+    assert r.status_code == 201 and r.json()["unix_user"] == "nobody"
+
+
+def test_a_user_mapped_to_uid_0_needs_allow_root(api: ApiWorld) -> None:
+    """A user whose account is root would run every job as root: refused unless asked."""
+    api.post("/v1/admin/labs", "root", json={"name": "gamma"})
     body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}
     r = api.post("/v1/admin/users", "root", json=body)
+    e = error(r, 422, "ROOT_ACCOUNT")
+    assert e["details"] == {"unix_user": "root", "uid": 0}
+    assert "uid 0" in e["message"] and "allow_root" in e["message"]
+    assert api.get("/v1/admin/users", "root", params={"lab": "gamma"}).json()["data"] == []
+    r = api.post("/v1/admin/users", "root", json={**body, "allow_root": True})
     assert r.status_code == 201 and r.json()["unix_user"] == "root"
 
 

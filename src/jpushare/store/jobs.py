@@ -21,7 +21,6 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
-    false,
     func,
     insert,
     literal,
@@ -152,13 +151,13 @@ class Shown:
     user_id: int | None = None
     lab_id: int | None = None
 
-    def condition(self) -> ColumnElement[bool] | None:
-        """The rows whose private columns are loaded; None: every row."""
+    def condition(self) -> ColumnElement[bool] | bool:
+        """The rows whose private columns are loaded: True every row, False none."""
         if self.every_job:
-            return None
+            return True
         mine = [] if self.user_id is None else [Job.user_id == self.user_id]
         lab = [] if self.lab_id is None else [Job.lab_id == self.lab_id]
-        return or_(false(), *mine, *lab)
+        return or_(*mine, *lab) if mine or lab else False
 
 
 def _lean_columns(shown: Shown) -> list[ColumnElement[Any]]:
@@ -170,9 +169,9 @@ def _lean_columns(shown: Shown) -> list[ColumnElement[Any]]:
             out.append(column)
             continue
         blank = literal("", Text) if column.name == "command" else null()
-        if column.name in _NEVER_IN_LISTS:
-            out.append(null().label(column.name))
-        elif condition is None:
+        if column.name in _NEVER_IN_LISTS or condition is False:
+            out.append(blank.label(column.name))
+        elif condition is True:
             out.append(column)
         else:
             out.append(case((condition, column), else_=blank).label(column.name))

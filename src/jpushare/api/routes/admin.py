@@ -189,15 +189,6 @@ def create_user(
         raise ApiError(
             422, ErrorCode.UNKNOWN_UNIX_ACCOUNT, str(exc), {"unix_user": user.unix_user}
         ) from None
-    if account.uid == 0 and not body.allow_root:
-        raise ApiError(
-            422,
-            ErrorCode.ROOT_ACCOUNT,
-            f"the Unix account {user.unix_user} has uid 0: {user.name}'s jobs would run as "
-            "root. Map the user to their own account, or send allow_root: true if that is "
-            "really meant",
-            {"unix_user": user.unix_user, "uid": 0},
-        )
     only = ctx.only_unix_user
     if only is not None and user.unix_user != only:
         raise ApiError(
@@ -206,6 +197,15 @@ def create_user(
             f"this service runs as the Unix account {only}, not root, so it can run jobs only "
             f"as {only}, not as {user.unix_user}: run it as root to serve other accounts",
             {"unix_user": user.unix_user, "served": only},
+        )
+    if account.uid == 0 and not body.allow_root:
+        raise ApiError(
+            422,
+            ErrorCode.ROOT_ACCOUNT,
+            f"the Unix account {user.unix_user} has uid 0: {user.name}'s jobs would run as "
+            "root. Map the user to their own account, or send allow_root: true if that is "
+            "really meant",
+            {"unix_user": user.unix_user, "uid": 0},
         )
     return user_public(user)
 
