@@ -3,13 +3,15 @@
 (login CSRF: into an account of the attacker's choosing) nor out.
 
 Over HTTP on both databases, against a real server, and in Chromium from a page of another
-origin (`http://evil.test`, served by the browser's own request routing).
+site (`http://localhost:<another port>`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -99,9 +101,7 @@ def test_another_site_cannot_sign_a_browser_out(api: ApiWorld, headers: dict[str
 
 
 @pytest.mark.parametrize("headers", SAME_SITE)
-def test_this_sites_own_forms_still_sign_in_and_out(
-    api: ApiWorld, headers: dict[str, str]
-) -> None:
+def test_this_sites_own_forms_still_sign_in_and_out(api: ApiWorld, headers: dict[str, str]) -> None:
     r = api.client.post(
         "/signin", data={"token": api.tokens["bob"]}, headers=headers, follow_redirects=False
     )
@@ -113,51 +113,69 @@ def test_this_sites_own_forms_still_sign_in_and_out(
 # --- in a browser ----------------------------------------------------------------------
 
 
+class _Pages(BaseHTTPRequestHandler):
+    pages: ClassVar[dict[str, str]] = {}
+
+    def do_GET(self) -> None:
+        body = self.pages.get(self.path.lstrip("/"), "").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
 @pytest.fixture
-def evil(browser: Any, served: Served) -> Iterator[tuple[Any, dict[str, str]]]:
-    """A browser context where http://evil.test/<name> answers the page `pages[name]`;
-    every other host but the service is closed."""
-    context = browser.new_context()
+def evil(browser: Any, served: Served) -> Iterator[tuple[Any, str, dict[str, str]]]:
+    """A browser context, another site's URL prefix, and the pages it serves: a real
+    server on another loopback port, as `localhost` (another site than the service's
+    127.0.0.1; on loopback, so that Chromium's local-network checks let it frame and post
+    to the service, as a page on the same network would). Every other host is closed."""
     pages: dict[str, str] = {}
-
-    def route(r: Any) -> None:
-        url = r.request.url
-        if url.startswith(EVIL):
-            body = pages.get(url.removeprefix(EVIL + "/"), "")
-            r.fulfill(status=200, content_type="text/html", body=body)
-        elif url.startswith(served.url):
-            r.continue_()
-        else:
-            r.abort()
-
-    context.route("**/*", route)
-    yield context, pages
+    handler = type("Pages", (_Pages,), {"pages": pages})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    prefix = f"http://localhost:{server.server_address[1]}/"
+    context = browser.new_context()
+    allowed = (prefix, served.url + "/")
+    context.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith(allowed) else r.abort()
+    )
+    yield context, prefix, pages
     context.close()
+    server.shutdown()
+    thread.join(timeout=10)
 
 
 def test_in_a_browser_another_site_cannot_frame_the_docs_or_a_page(
-    evil: tuple[Any, dict[str, str]], served: Served
+    evil: tuple[Any, str, dict[str, str]], served: Served
 ) -> None:
-    context, pages = evil
+    context, prefix, pages = evil
     pages["inner.html"] = "<p>a frame of this site's own loads</p>"
     pages["frame.html"] = (
-        f'<iframe src="{EVIL}/inner.html"></iframe>'
+        f'<iframe src="{prefix}inner.html"></iframe>'
         f'<iframe src="{served.url}/docs"></iframe>'
         f'<iframe src="{served.url}/signin"></iframe>'
     )
     page = context.new_page()
-    page.goto(f"{EVIL}/frame.html")
+    page.goto(f"{prefix}frame.html")
     page.wait_for_load_state("load")
     inner, docs, signin = page.frames[1:]
     inner.wait_for_selector("p")  # frames load here: the control
-    assert "swagger" not in docs.content().lower()  # refused frames are left empty
+    for frame in (docs, signin):
+        frame.wait_for_load_state("load")
+    assert "swagger-ui" not in docs.content()  # refused frames are left empty
     assert 'id="token"' not in signin.content()
 
 
 def test_in_a_browser_another_sites_form_cannot_sign_it_in(
-    evil: tuple[Any, dict[str, str]], served: Served
+    evil: tuple[Any, str, dict[str, str]], served: Served
 ) -> None:
-    context, pages = evil
+    context, prefix, pages = evil
     token = served.scenario.tokens["bob"]  # the attacker's own account
     pages["csrf.html"] = (
         f'<form id="f" method="post" action="{served.url}/signin">'
@@ -166,6 +184,31 @@ def test_in_a_browser_another_sites_form_cannot_sign_it_in(
     )
     page = context.new_page()
     with page.expect_response(f"{served.url}/signin") as answer:
-        page.goto(f"{EVIL}/csrf.html")
+        page.goto(f"{prefix}csrf.html")
     assert answer.value.status == 403
     assert [c for c in context.cookies() if c["name"] == COOKIE] == []
+
+
+def test_in_a_browser_another_sites_form_cannot_sign_it_out(
+    evil: tuple[Any, str, dict[str, str]], served: Served
+) -> None:
+    context, prefix, pages = evil
+    page = context.new_page()
+    page.goto(served.url + "/signin")
+    page.fill("#token", served.scenario.tokens["alice"])
+    page.click("#signin button")
+    page.wait_for_url(served.url + "/")
+    pages["out.html"] = (
+        f'<form id="f" method="post" action="{served.url}/signout"></form>'
+        '<script>document.getElementById("f").submit()</script>'
+    )
+    with page.expect_response(f"{served.url}/signout") as answer:
+        page.goto(f"{prefix}out.html")
+    assert answer.value.status == 403
+    assert [c["name"] for c in context.cookies(served.url)] == [COOKIE]
+    page.goto(served.url + "/labs")
+    assert page.url == served.url + "/labs"  # still signed in
+    # this site's own sign-out button still works
+    page.click("form[action='/signout'] button")
+    page.wait_for_url(served.url + "/signin")
+    assert context.cookies(served.url) == []
