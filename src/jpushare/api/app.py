@@ -95,6 +95,7 @@ ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404
 QUOTA_EXCEEDED (429: the user already has the most active jobs, or bytes of command and
 environment in them, one user may have; `details` names the limit, its maximum and the
 current value; nothing was stored), ROOT_ACCOUNT (422: a user may not run as uid 0),
+CROSS_SITE_REQUEST (403: the dashboard's sign-in or sign-out posted from another site),
 UNAVAILABLE (503), DATABASE_UNAVAILABLE (503,
 with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
 Request bodies are strict: numbers are JSON numbers (not strings or booleans), within the
