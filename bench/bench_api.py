@@ -270,7 +270,7 @@ class Connection:
 
 def job_body(i: int, rng: random.Random) -> bytes:
     return json.dumps(
-        {"name": f"bench-{i}", "command": "true", "num_gpus": rng.choice(SIZES)}
+        {"name": f"bench-{i}", "command": "true", "num_gpus": rng.choice(SIZES), "workdir": "/tmp"}
     ).encode()
 
 

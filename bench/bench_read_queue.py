@@ -79,7 +79,7 @@ def main() -> None:
 
             def writer(token: str) -> None:
                 headers = {"Authorization": f"Bearer {token}"}
-                body = {"name": "w", "command": "true", "num_gpus": 1}
+                body = {"name": "w", "command": "true", "num_gpus": 1, "workdir": "/tmp"}
                 with httpx.Client(base_url=srv.base, headers=headers, timeout=60) as c:
                     while not done.is_set():
                         t = time.perf_counter()

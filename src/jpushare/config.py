@@ -47,6 +47,14 @@ What one client may hold of an API process (`jpushare.service.http_server`; each
   executor, never given to connections (`serve` raises its soft descriptor limit to the
   hard one first); default 256
 
+Per-user limits on submissions (POST /v1/jobs answers 429 QUOTA_EXCEEDED beyond them,
+for every role, admins included; 0 = no limit):
+
+- JPUSHARE_MAX_ACTIVE_JOBS_PER_USER: jobs one user may have that have not ended (queued,
+  dispatched or running); default 1000
+- JPUSHARE_MAX_JOB_BYTES_PER_USER: bytes of command + environment (as stored) those jobs
+  may hold together; default 67108864 (64 MiB)
+
 For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
 
 - JPUSHARE_SLURM_LOG_DIR: where job output goes (`<prefix>-<job>-<attempt>.out`); must be
@@ -140,6 +148,51 @@ def load_connection_settings(e: Mapping[str, str]) -> ConnectionSettings:
     )
 
 
+# --- per-user quotas -------------------------------------------------------------------
+
+DEFAULT_MAX_ACTIVE_JOBS_PER_USER = 1000
+DEFAULT_MAX_JOB_BYTES_PER_USER = 64 * 1024 * 1024
+_QUOTA_BOUND = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class UserQuotas:
+    """What one user's jobs that have not ended may add up to; None: no limit. They bound
+    what one account can make the service store and carry (a flood of submissions, or
+    large environments that every read then loads)."""
+
+    max_active_jobs: int | None = DEFAULT_MAX_ACTIVE_JOBS_PER_USER
+    max_job_bytes: int | None = DEFAULT_MAX_JOB_BYTES_PER_USER
+
+
+def load_user_quotas(env: Mapping[str, str] | None = None) -> UserQuotas:
+    """The quota settings alone (the API reads them when it is built)."""
+    e = os.environ if env is None else env
+    return UserQuotas(
+        max_active_jobs=_quota(e, "JPUSHARE_MAX_ACTIVE_JOBS_PER_USER", "jobs"),
+        max_job_bytes=_quota(e, "JPUSHARE_MAX_JOB_BYTES_PER_USER", "bytes"),
+    )
+
+
+def _quota(e: Mapping[str, str], name: str, unit: str) -> int | None:
+    defaults = {
+        "JPUSHARE_MAX_ACTIVE_JOBS_PER_USER": DEFAULT_MAX_ACTIVE_JOBS_PER_USER,
+        "JPUSHARE_MAX_JOB_BYTES_PER_USER": DEFAULT_MAX_JOB_BYTES_PER_USER,
+    }
+    text = e.get(name, "").strip()
+    if not text:
+        return defaults[name]
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be a whole number of {unit} (0: no limit), not {text!r}"
+        ) from None
+    if not 0 <= value <= _QUOTA_BOUND:
+        raise ConfigError(f"{name} must be 0 (no limit) to {_QUOTA_BOUND} {unit}, not {value}")
+    return value or None
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     database_url: str
@@ -162,6 +215,8 @@ class Settings:
     local_pids_max: int | None = DEFAULT_LOCAL_PIDS_MAX  # None: no limit
     local_output_max_bytes: int | None = DEFAULT_LOCAL_OUTPUT_MAX_BYTES  # None: no limit
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    # Per-user quotas (their own block, `load_user_quotas`).
+    user_quotas: UserQuotas = field(default_factory=UserQuotas)
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -291,6 +346,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             e, "JPUSHARE_LOCAL_OUTPUT_MAX_BYTES", DEFAULT_LOCAL_OUTPUT_MAX_BYTES, 1 << 20
         ),
         connections=load_connection_settings(e),
+        user_quotas=load_user_quotas(e),
     )
 
 

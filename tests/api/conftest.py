@@ -47,6 +47,15 @@ USERS = {
 }
 
 
+# Every job runs in a directory of its own choosing (the API refuses one without).
+WORKDIR = "/tmp"
+
+
+def job_body(num_gpus: int = 1, **fields: Any) -> dict[str, Any]:
+    """A POST /v1/jobs body: `true` in WORKDIR unless `fields` say otherwise."""
+    return {"command": "true", "num_gpus": num_gpus, "workdir": WORKDIR, **fields}
+
+
 class Clock:
     """A clock the test moves by hand."""
 
@@ -81,11 +90,8 @@ class ApiWorld:
         return self.client.post(path, headers=self.auth(user), **kw)
 
     def submit(self, user: str, num_gpus: int, **body: Any) -> int:
-        r = self.post(
-            "/v1/jobs",
-            user,
-            json={"name": f"{user}-{num_gpus}", "command": "true", "num_gpus": num_gpus, **body},
-        )
+        fields = {"name": f"{user}-{num_gpus}", **body}
+        r = self.post("/v1/jobs", user, json=job_body(num_gpus, **fields))
         assert r.status_code == 201, r.text
         job_id: int = r.json()["id"]
         return job_id

@@ -65,7 +65,7 @@ def test_labs_users_and_tokens(api: ApiWorld) -> None:
     assert secret.startswith("jps_") and r.json()["token"]["label"] == "laptop"
     me = api.client.post(
         "/v1/jobs",
-        json={"command": "true", "num_gpus": 1},
+        json={"workdir": "/tmp", "command": "true", "num_gpus": 1},
         headers={"Authorization": f"Bearer {secret}"},
     )
     assert me.status_code == 201 and me.json()["user"] == "gus" and me.json()["lab"] == "gamma"
@@ -115,7 +115,10 @@ def test_nodes_gpus_drain_undrain_remove(api: ApiWorld) -> None:
         "NOT_FOUND",
     )
     # 8 GPUs on one node now fit: no NO_FIT_PLACEMENT any more.
-    assert api.post("/v1/jobs", json={"command": "x", "num_gpus": 8}).status_code == 201
+    assert (
+        api.post("/v1/jobs", json={"workdir": "/tmp", "command": "x", "num_gpus": 8}).status_code
+        == 201
+    )
     r = api.post("/v1/admin/nodes/node-d/drain", "root", json={"reason": "maintenance"})
     assert r.json()["drained"] and not r.json()["schedulable"]
     r = api.post("/v1/admin/nodes/node-d/undrain", "root")
@@ -186,8 +189,21 @@ def test_a_user_is_a_unix_account_of_this_host(api: ApiWorld) -> None:
         body = {"name": "ivy", "lab": "gamma", "unix_user": bad}
         error(api.post("/v1/admin/users", "root", json=body), 422, "VALIDATION_ERROR")
     # an existing account, under another user name
+    body = {"name": "ivy", "lab": "gamma", "unix_user": "nobody"}
+    r = api.post("/v1/admin/users", "root", json=body)
+    assert r.status_code == 201 and r.json()["unix_user"] == "nobody"
+
+
+def test_a_user_mapped_to_uid_0_needs_allow_root(api: ApiWorld) -> None:
+    """A user whose account is root would run every job as root: refused unless asked."""
+    api.post("/v1/admin/labs", "root", json={"name": "gamma"})
     body = {"name": "ivy", "lab": "gamma", "unix_user": "root"}
     r = api.post("/v1/admin/users", "root", json=body)
+    e = error(r, 422, "ROOT_ACCOUNT")
+    assert e["details"] == {"unix_user": "root", "uid": 0}
+    assert "uid 0" in e["message"] and "allow_root" in e["message"]
+    assert api.get("/v1/admin/users", "root", params={"lab": "gamma"}).json()["data"] == []
+    r = api.post("/v1/admin/users", "root", json={**body, "allow_root": True})
     assert r.status_code == 201 and r.json()["unix_user"] == "root"
 
 

@@ -110,9 +110,11 @@ def test_a_200_mb_body_gets_413_before_it_is_sent_whole(
 
 
 def test_a_body_under_the_limit_is_served(api: ApiWorld) -> None:
-    r = api.post("/v1/jobs", json={"command": "x" * (LIMIT // 2), "num_gpus": 1})
+    r = api.post("/v1/jobs", json={"workdir": "/tmp", "command": "x" * (LIMIT // 2), "num_gpus": 1})
     assert r.status_code == 422 and r.json()["error"]["code"] == "VALIDATION_ERROR"  # too long
-    r = api.post("/v1/jobs", json={"command": "true", "num_gpus": 1, "name": "n" * 100})
+    r = api.post(
+        "/v1/jobs", json={"workdir": "/tmp", "command": "true", "num_gpus": 1, "name": "n" * 100}
+    )
     assert r.status_code == 201
 
 

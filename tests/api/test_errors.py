@@ -64,24 +64,50 @@ def test_a_revoked_token_is_401(api: ApiWorld) -> None:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"name": "a", "command": "true", "num_gpus": 0}, "num_gpus"),
-        ({"name": "a", "command": "true", "num_gpus": 9}, "num_gpus"),
-        ({"name": "a", "command": "true", "num_gpus": -1}, "num_gpus"),
-        ({"name": "a", "command": "true", "num_gpus": "x"}, "num_gpus"),
-        ({"name": "a", "command": "true", "num_gpus": 2.5}, "num_gpus"),
-        ({"name": "a", "command": "true", "num_gpus": None}, "num_gpus"),
-        ({"name": "a", "command": "true", "num_gpus": 10**30}, "num_gpus"),
-        ({"name": "a", "command": "true"}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 0}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 9}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": -1}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": "x"}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 2.5}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": None}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 10**30}, "num_gpus"),
+        ({"workdir": "/tmp", "name": "a", "command": "true"}, "num_gpus"),
         ({"name": "a", "num_gpus": 1}, "command"),
-        ({"name": "a", "command": "", "num_gpus": 1}, "command"),
-        ({"name": "a", "command": "a\x00b", "num_gpus": 1}, "command"),
+        ({"workdir": "/tmp", "name": "a", "command": "", "num_gpus": 1}, "command"),
+        ({"workdir": "/tmp", "name": "a", "command": "a\x00b", "num_gpus": 1}, "command"),
         # 70,000 characters (160,000 UTF-8 bytes): under the character limit, over one argv entry.
-        ({"name": "a", "command": "é" * 50_000 + "가" * 20_000, "num_gpus": 1}, "command"),
-        ({"name": "n" * 201, "command": "true", "num_gpus": 1}, "name"),
-        ({"name": "a", "command": "true", "num_gpus": 1, "min_tier": "x" * 101}, "min_tier"),
-        ({"name": "a", "command": "true", "num_gpus": 1, "min_tier": "\x00"}, "min_tier"),
-        ({"name": "a", "command": "true", "num_gpus": 1, "time_limit_s": 0}, "time_limit_s"),
-        ({"name": "a", "command": "true", "num_gpus": 1, "colour": "red"}, "colour"),
+        (
+            {
+                "workdir": "/tmp",
+                "name": "a",
+                "command": "é" * 50_000 + "가" * 20_000,
+                "num_gpus": 1,
+            },
+            "command",
+        ),
+        ({"workdir": "/tmp", "name": "n" * 201, "command": "true", "num_gpus": 1}, "name"),
+        (
+            {
+                "workdir": "/tmp",
+                "name": "a",
+                "command": "true",
+                "num_gpus": 1,
+                "min_tier": "x" * 101,
+            },
+            "min_tier",
+        ),
+        (
+            {"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 1, "min_tier": "\x00"},
+            "min_tier",
+        ),
+        (
+            {"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 1, "time_limit_s": 0},
+            "time_limit_s",
+        ),
+        (
+            {"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 1, "colour": "red"},
+            "colour",
+        ),
     ],
 )
 def test_invalid_submissions_are_422_validation_error(
@@ -96,13 +122,28 @@ def test_invalid_submissions_are_422_validation_error(
 @pytest.mark.parametrize("user", ["alice", "pia", "root"])
 def test_num_gpus_bounds_hold_for_every_role(api: ApiWorld, user: str) -> None:
     # SPEC §2: no role restriction; 1-8 for everyone, and 4 fits this cluster for everyone.
-    error(api.post("/v1/jobs", user, json={"command": "x", "num_gpus": 9}), 422, "VALIDATION_ERROR")
-    assert api.post("/v1/jobs", user, json={"command": "x", "num_gpus": 4}).status_code == 201
+    error(
+        api.post("/v1/jobs", user, json={"workdir": "/tmp", "command": "x", "num_gpus": 9}),
+        422,
+        "VALIDATION_ERROR",
+    )
+    assert (
+        api.post(
+            "/v1/jobs", user, json={"workdir": "/tmp", "command": "x", "num_gpus": 4}
+        ).status_code
+        == 201
+    )
 
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"[]", b'"a string"', b"", b'{"command": "x", "num_gpus": 1} trailing'],
+    [
+        b"{not json",
+        b"[]",
+        b'"a string"',
+        b"",
+        b'{"workdir": "/tmp", "command": "x", "num_gpus": 1} trailing',
+    ],
 )
 def test_a_body_that_is_not_a_job_object_is_422(api: ApiWorld, content: bytes) -> None:
     r = api.client.post(
@@ -114,7 +155,7 @@ def test_a_body_that_is_not_a_job_object_is_422(api: ApiWorld, content: bytes) -
 
 
 def test_an_unknown_min_tier_is_422_validation_error(api: ApiWorld) -> None:
-    body = {"command": "x", "num_gpus": 1, "min_tier": "h100"}
+    body = {"workdir": "/tmp", "command": "x", "num_gpus": 1, "min_tier": "h100"}
     e = error(api.post("/v1/jobs", json=body), 422, "VALIDATION_ERROR")
     assert "h100" in e["message"]
     assert job_rows(api) == (0, 0)
@@ -122,7 +163,11 @@ def test_an_unknown_min_tier_is_422_validation_error(api: ApiWorld) -> None:
 
 def test_no_fit_placement_says_what_could_be_asked_and_stores_nothing(api: ApiWorld) -> None:
     # S13 / S7: the largest placement has 4 GPUs.
-    e = error(api.post("/v1/jobs", json={"command": "x", "num_gpus": 8}), 422, "NO_FIT_PLACEMENT")
+    e = error(
+        api.post("/v1/jobs", json={"workdir": "/tmp", "command": "x", "num_gpus": 8}),
+        422,
+        "NO_FIT_PLACEMENT",
+    )
     assert e["message"] == (
         "no placement can hold num_gpus=8 at tier >= rtx3080ti; the largest fit is 4"
     )
@@ -144,7 +189,7 @@ def test_no_fit_at_a_minimum_tier_offers_a_weaker_tier(api: ApiWorld) -> None:
             headers=api.auth("root"),
         )
         assert r.status_code == 200, r.text
-    body = {"command": "x", "num_gpus": 2, "min_tier": "rtx5090"}
+    body = {"workdir": "/tmp", "command": "x", "num_gpus": 2, "min_tier": "rtx5090"}
     e = error(api.post("/v1/jobs", json=body), 422, "NO_FIT_PLACEMENT")
     assert e["details"]["alternatives"] == [{"num_gpus": 2, "min_tier": "rtx4090", "placements": 2}]
     assert "fits at tier >= rtx4090" in e["message"]

@@ -116,7 +116,9 @@ def test_the_job_list_filters_by_user_name_and_time_window(api: ApiWorld) -> Non
     api.clock.advance(3600)  # T0 + 2h
     late = api.submit("bob", 1)
     named = api.post(
-        "/v1/jobs", "alice", json={"name": "sweep", "command": "true", "num_gpus": 1}
+        "/v1/jobs",
+        "alice",
+        json={"workdir": "/tmp", "name": "sweep", "command": "true", "num_gpus": 1},
     ).json()["id"]
 
     def ids(**params: str) -> list[int]:

@@ -13,7 +13,13 @@ def test_submit_returns_201_with_the_job(api: ApiWorld) -> None:
     r = api.post(
         "/v1/jobs",
         "alice",
-        json={"name": "train", "command": "python train.py", "num_gpus": 2, "min_tier": "rtx4090"},
+        json={
+            "workdir": "/tmp",
+            "name": "train",
+            "command": "python train.py",
+            "num_gpus": 2,
+            "min_tier": "rtx4090",
+        },
     )
     assert r.status_code == 201, r.text
     job = r.json()
@@ -34,7 +40,9 @@ def test_submit_returns_201_with_the_job(api: ApiWorld) -> None:
 
 
 def test_a_job_without_a_name_is_named_after_its_command(api: ApiWorld) -> None:
-    r = api.post("/v1/jobs", json={"command": "python train.py --lr 1", "num_gpus": 1})
+    r = api.post(
+        "/v1/jobs", json={"workdir": "/tmp", "command": "python train.py --lr 1", "num_gpus": 1}
+    )
     assert r.status_code == 201 and r.json()["name"] == "python"
 
 

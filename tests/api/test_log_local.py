@@ -16,6 +16,7 @@ from jpushare import store
 from jpushare.executors.base import LaunchSpec, RunInfo, RunState
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
+from jpushare.run_settings import JobRun
 from jpushare.store.schema import User
 from tests.api.conftest import ALL_BUSY, ApiWorld, make_world
 from tests.api.test_errors import error
@@ -33,11 +34,15 @@ def local(sessions: sessionmaker[Session], executor: LocalExecutor) -> Iterator[
 
 
 def start(api: ApiWorld, executor: LocalExecutor, user: str, command: str) -> int:
-    """Submit through the API, record a dispatch onto node-b, start it locally."""
+    """A job without a working directory (one from before they were required: the API
+    takes none without), dispatched onto node-b and started locally: its log is the
+    executor's."""
     api.busy.update(ALL_BUSY)
     api.busy[("node-b", "rtx4090")] = 0
-    r = api.post("/v1/jobs", user, json={"name": "t", "command": command, "num_gpus": 1})
-    job = int(r.json()["id"])
+    with api.sessions.begin() as s:
+        job = store.submit(
+            s, user_id=api.users[user].id, name="t", command=command, num_gpus=1, now=api.clock()
+        ).job.id
     _, recorded = api.cycle()
     (d,) = recorded.dispatched
     assert (d.node, d.tier) == ("node-b", "rtx4090")
@@ -95,7 +100,10 @@ def test_cancel_stops_the_running_process(local: ApiWorld, executor: LocalExecut
 
 
 def test_without_an_executor_the_log_is_503(api: ApiWorld) -> None:
-    job = api.submit("alice", 1)
+    with api.sessions.begin() as s:  # a job from before working directories were required
+        job = store.submit(
+            s, user_id=api.users["alice"].id, name="t", command="true", num_gpus=1, now=api.clock()
+        ).job.id
     api.cycle()
     error(api.get(f"/v1/jobs/{job}/log"), 503, "UNAVAILABLE")
 
@@ -170,5 +178,9 @@ def test_bad_run_settings_are_422_with_a_code(local: ApiWorld, field: str, value
 
 def test_an_environment_without_a_working_directory_is_422(local: ApiWorld) -> None:
     body = {"command": "true", "num_gpus": 1, "environment": {"A": "b"}}
-    r = local.post("/v1/jobs", "alice", json=body)
-    assert r.status_code == 422 and "working directory" in r.text
+    e = error(local.post("/v1/jobs", "alice", json=body), 422, "VALIDATION_ERROR")
+    assert [err["loc"] for err in e["details"]["errors"]] == [["body", "workdir"]]
+    with local.sessions.begin() as s:
+        run = JobRun(environment={"A": "b"})
+        with pytest.raises(store.InvalidRequest, match="working directory"):
+            store.submit(s, user_id=1, name="", command="x", num_gpus=1, now=local.clock(), run=run)

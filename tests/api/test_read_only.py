@@ -94,7 +94,7 @@ def test_a_get_held_open_does_not_keep_a_post_waiting(
             posted = threading.Event()
 
             def post_job() -> None:
-                body = {"name": "j", "command": "true", "num_gpus": 1}
+                body = {"workdir": "/tmp", "name": "j", "command": "true", "num_gpus": 1}
                 results["post"] = client.post("/v1/jobs", headers=auth, json=body)
                 posted.set()
 

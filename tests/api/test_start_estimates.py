@@ -91,7 +91,7 @@ def test_a_job_without_a_limit_is_estimated_from_its_users_past_runs(api: ApiWor
 
 
 def test_time_limit_accepts_slurm_forms_and_refuses_others_naming_them(api: ApiWorld) -> None:
-    base = {"name": "t", "command": "true", "num_gpus": 1}
+    base = {"workdir": "/tmp", "name": "t", "command": "true", "num_gpus": 1}
     for text, seconds in (("1:30:00", 5400), ("2-00:00:00", 172800), ("1h30m", 5400)):
         r = api.post("/v1/jobs", json={**base, "time_limit": text})
         assert r.status_code == 201, r.text

@@ -9,7 +9,7 @@ import pytest
 from tests.api.conftest import ApiWorld
 from tests.api.test_errors import error
 
-JOB = {"name": "a", "command": "true", "num_gpus": 1}
+JOB = {"workdir": "/tmp", "name": "a", "command": "true", "num_gpus": 1}
 
 
 @pytest.mark.parametrize(

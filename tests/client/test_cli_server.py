@@ -193,7 +193,7 @@ def test_usage_errors_exit_2(served: Served, capsys: pytest.CaptureFixture[str])
 
 def test_the_client_class_raises_typed_errors(served: Served) -> None:
     with Client(served.url, served.tokens["alice"]) as api:
-        job = api.submit("x", "true", 1)
+        job = api.submit("x", "true", 1, workdir="/tmp")
         assert api.job(job["id"])["state"] == "GLOBAL_QUEUE_WAIT"
         assert api.healthz()["database"] == "ok"  # no dispatcher here: status "degraded"
         assert "jpushare_queue_length 1.0" in api.metrics()
@@ -206,7 +206,7 @@ def test_the_client_class_raises_typed_errors(served: Served) -> None:
         secret = admin.issue_token("gil")["secret"]
         assert [n["name"] for n in admin.nodes()["data"]] == ["node-a", "node-b", "node-c"]
     with Client(served.url, secret) as gil:
-        assert gil.cancel(gil.submit("y", "true", 2)["id"])["state"] == "CANCELLED"
+        assert gil.cancel(gil.submit("y", "true", 2, workdir="/tmp")["id"])["state"] == "CANCELLED"
 
 
 def test_without_a_token_the_cli_signs_in_with_munge(

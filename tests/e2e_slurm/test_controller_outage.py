@@ -37,13 +37,15 @@ def sqlite_rig(tmp_path: Path, shared: Path) -> Iterator[SlurmRig]:
 
 
 class Api:
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, workdir: Path) -> None:
         self.http = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )
+        self.workdir = str(workdir)
 
     def submit(self, command: str) -> int:
-        r = self.http.post("/v1/jobs", json={"name": "outage", "command": command, "num_gpus": 1})
+        body = {"name": "outage", "command": command, "num_gpus": 1, "workdir": self.workdir}
+        r = self.http.post("/v1/jobs", json=body)
         assert r.status_code == 201, r.text
         job_id: int = r.json()["id"]
         return job_id
@@ -69,7 +71,7 @@ def test_a_lost_slurm_controller_pauses_dispatching_loses_nothing_and_reconciles
     env = rig.service_env(tmp_path, JPUSHARE_CYCLE_S="0.3", JPUSHARE_LEASE_S="3")
     service = start_service("serve", env, tmp_path, "--port", str(port))
     try:
-        api = Api(f"http://127.0.0.1:{port}", token)
+        api = Api(f"http://127.0.0.1:{port}", token, rig.shared)
         wait_for(lambda: _answers(api), "the service answers")
         ending, running, queued = (api.submit(waits_for(rig.flag(n))) for n in "abc")
         wait_for(lambda: api.states([ending, running]) == ["RUNNING"] * 2, "two jobs run")

@@ -93,7 +93,7 @@ def test_a_service_that_holds_jobs_is_refused_and_ctrl_c_cancels_what_was_submit
     service: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     headers = {"Authorization": f"Bearer {service.user_token}"}
-    body = {"name": "x", "command": "sleep 1", "num_gpus": 1}
+    body = {"name": "x", "command": "sleep 1", "num_gpus": 1, "workdir": str(tmp_path)}
     assert httpx.post(f"{service.url}/v1/jobs", json=body, headers=headers).status_code == 201
     trace = tmp_path / "trace.csv"
     trace.write_text(

@@ -149,13 +149,32 @@ def test_a_user_is_a_unix_account_checked_when_added(
     )
     assert code == 2 and "'jpst-nosuch'" in err
     code, out, _ = run(
-        capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "root"
+        capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "nobody"
     )
-    assert code == 0 and "jobs run as root (uid 0)" in out
+    assert code == 0 and "jobs run as nobody (uid " in out
     code, out, _ = run(capsys, "admin", "user", "list")
     lines = out.splitlines()
     assert lines[0].split() == ["USER", "LAB", "ROLE", "UNIX-USER"]
-    assert [line.split() for line in lines[1:]] == [["ivy", "alpha", "student", "root"]]
+    assert [line.split() for line in lines[1:]] == [["ivy", "alpha", "student", "nobody"]]
+
+
+def test_a_user_mapped_to_uid_0_needs_allow_root(
+    cli: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Root's account (given, or the default: a user named root) -> one line, exit 2,
+    nothing stored; --allow-root says it is meant."""
+    _, cluster = cli
+    assert run(capsys, "init", "--cluster", str(cluster))[0] == 0
+    for argv in (["ivy", "--unix-user", "root"], ["root"]):
+        code, out, err = run(capsys, "admin", "user", "add", *argv, "--lab", "alpha")
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert "has uid 0" in err and "--allow-root" in err and "nothing was changed" in err
+    assert run(capsys, "admin", "user", "list")[1].splitlines()[1:] == []
+    code, out, _ = run(
+        capsys, "admin", "user", "add", "ivy", "--lab", "alpha", "--unix-user", "root",
+        "--allow-root",
+    )  # fmt: skip
+    assert code == 0 and "jobs run as root (uid 0)" in out
 
 
 def test_tiers_get_cpu_and_memory_defaults_from_the_cluster_file_and_tier_set(

@@ -38,15 +38,15 @@ def server() -> Iterator[PrivatePostgres]:
 
 
 class Client:
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, workdir: Path) -> None:
         self.http = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=BOUND_S + 15
         )
+        self.workdir = str(workdir)
 
     def submit(self, command: str) -> httpx.Response:
-        return self.http.post(
-            "/v1/jobs", json={"name": "restart", "command": command, "num_gpus": 1}
-        )
+        body = {"name": "restart", "command": command, "num_gpus": 1, "workdir": self.workdir}
+        return self.http.post("/v1/jobs", json=body)
 
     def states(self, job_ids: list[int]) -> list[str]:
         return [self.http.get(f"/v1/jobs/{j}").json()["state"] for j in job_ids]
@@ -77,7 +77,7 @@ def test_a_database_restart_under_serve_gives_503s_pauses_dispatching_and_loses_
         state = tmp_path / "state"
         env = service_env(server.url, state, JPUSHARE_CYCLE_S="0.3")
         service = start_service("serve", env, tmp_path, "--port", str(port))
-        api = Client(f"http://127.0.0.1:{port}", token)
+        api = Client(f"http://127.0.0.1:{port}", token, tmp_path)
         wait_for(lambda: _answers(api), "the service answers")
         marks = tmp_path / "ran"
         command = f"echo $JPUSHARE_JOB_ID >> {marks}; sleep 1"

@@ -19,15 +19,15 @@ from tests.service.demo_service import demo_service
 
 
 class Api:
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, workdir: Path) -> None:
         self.client = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )
+        self.workdir = str(workdir)
 
     def submit(self, command: str, num_gpus: int = 1) -> int:
-        r = self.client.post(
-            "/v1/jobs", json={"name": "demo", "command": command, "num_gpus": num_gpus}
-        )
+        body = {"name": "demo", "command": command, "num_gpus": num_gpus, "workdir": self.workdir}
+        r = self.client.post("/v1/jobs", json=body)
         assert r.status_code == 201, r.text
         job_id: int = r.json()["id"]
         return job_id
@@ -54,7 +54,11 @@ def demo(tmp_path: Path) -> Iterator[tuple[Service, Api, Path]]:
     with demo_service(tmp_path, "demo", JPUSHARE_CYCLE_S="0.3") as demo:
         values = demo.tokens
         assert values["JPUSHARE_URL"] == demo.url
-        yield demo.service, Api(values["JPUSHARE_URL"], values["JPUSHARE_TOKEN"]), tmp_path
+        yield (
+            demo.service,
+            Api(values["JPUSHARE_URL"], values["JPUSHARE_TOKEN"], tmp_path),
+            tmp_path,
+        )
 
 
 def test_the_demo_service_runs_completes_cancels_and_reserves_jobs_with_a_why_at_each_step(

@@ -59,9 +59,8 @@ def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> No
         ids: list[int] = []
         for i in range(8):
             with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
-                r = client.post(
-                    "/v1/jobs", json={"name": f"w{i}", "command": "true", "num_gpus": 1}
-                )
+                body = {"name": f"w{i}", "command": "true", "num_gpus": 1, "workdir": str(tmp_path)}
+                r = client.post("/v1/jobs", json=body)
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["id"])
                 assert client.get(f"/v1/jobs/{ids[-1]}").json()["id"] == ids[-1]
@@ -74,7 +73,9 @@ def test_serve_with_two_api_workers_answers_and_dispatches(tmp_path: Path) -> No
                 return states == {"COMPLETED"}
 
             wait_for(all_completed, "the dispatcher runs the jobs to completion")
-            too_big = client.post("/v1/jobs", json={"command": "true", "num_gpus": 99})
+            too_big = client.post(
+                "/v1/jobs", json={"workdir": "/tmp", "command": "true", "num_gpus": 99}
+            )
             assert too_big.status_code == 422
     # The supervisor stopped its workers before the main process exited.
     assert not any(_alive(pid) for pid in workers)

@@ -13,6 +13,7 @@
         only_unix_user: str | None = None,
         placement_order: PlacementOrder = PlacementOrder.PACK,
         policy: NamedPolicy = decide,
+        user_quotas: UserQuotas | None = None,
     ) -> FastAPI
 
 - `observed_busy(session)`: GPUs research jobs use now per (node, tier name), as the
@@ -32,6 +33,9 @@
   and the queue answer with the placements the next cycle will choose.
 - `policy`: the dispatcher's policy (`JPUSHARE_POLICY`), which "why", the queue and the
   start estimates project.
+- `user_quotas`: the per-user limits POST /v1/jobs enforces (429 QUOTA_EXCEEDED);
+  None: `JPUSHARE_MAX_ACTIVE_JOBS_PER_USER` / `JPUSHARE_MAX_JOB_BYTES_PER_USER` from the
+  environment (`config.load_user_quotas`), read once here.
 - `executor`: without one, cancel still cancels in the database (the dispatcher stops the
   run when it observes it) and the log endpoint answers 503 UNAVAILABLE.
 
@@ -57,7 +61,12 @@ from jpushare.api.figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
-from jpushare.config import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
+from jpushare.config import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    UserQuotas,
+    load_user_quotas,
+)
 from jpushare.executors.base import Executor
 from jpushare.metrics import MetricFigures, ServiceMetrics
 from jpushare.munge import default_munge
@@ -89,9 +98,13 @@ VALIDATION_ERROR (422; 400 for a body that cannot be parsed at all, e.g. not UTF
 Content-Length that is not a number), NO_FIT_PLACEMENT, UNKNOWN_UNIX_ACCOUNT,
 ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404), CONFLICT
 (409), REQUEST_TIMEOUT (408: headers or body not sent whole in time), PAYLOAD_TOO_LARGE
-(413: bodies over the service's limit, 1 MiB by default), UNAVAILABLE (503),
-TOO_MANY_CONNECTIONS (503, with Retry-After: the client's address holds enough
-connections), DATABASE_UNAVAILABLE (503,
+(413: bodies over the service's limit, 1 MiB by default),
+QUOTA_EXCEEDED (429: the user already has the most active jobs, or bytes of command and
+environment in them, one user may have; `details` names the limit, its maximum and the
+current value; nothing was stored), ROOT_ACCOUNT (422: a user may not run as uid 0),
+CROSS_SITE_REQUEST (403: the dashboard's sign-in or sign-out posted from another site),
+UNAVAILABLE (503), TOO_MANY_CONNECTIONS (503, with Retry-After: the client's address holds
+enough connections), DATABASE_UNAVAILABLE (503,
 with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
 Request bodies are strict: numbers are JSON numbers (not strings or booleans), within the
 bounds each field's schema states.
@@ -128,6 +141,7 @@ def create_app(
     placement_order: PlacementOrder = PlacementOrder.PACK,
     policy: NamedPolicy = decide,
     cycle_s: float = 5.0,
+    user_quotas: UserQuotas | None = None,
 ) -> FastAPI:
     """The JPU-Share REST API on `sessions` (see the module docstring)."""
     if munge == "auto":
@@ -167,6 +181,7 @@ def create_app(
         policy=policy,
         start_estimates=StartEstimateCache(cycle_s, placement_order, policy=policy),
     )
+    app.state.user_quotas = user_quotas if user_quotas is not None else load_user_quotas()
     install_error_handlers(app)
 
     app.add_middleware(BodyLimit, limit=max_body_bytes, timeout_s=body_timeout_s)

@@ -32,6 +32,7 @@ from jpushare.store.errors import (
     NotFound,
     StoreError,
 )
+from jpushare.store.jobs import QuotaExceeded
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "UNAVAILABLE"  # 503: e.g. the log asked of a process without an executor
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"  # 503: the database cannot be reached now
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"  # 503: this client address holds enough
+    # What one account may not do to the others: too many jobs or bytes, a user mapped to
+    # uid 0, a form posted from another site.
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"  # 429: a per-user limit on active jobs or their bytes
+    ROOT_ACCOUNT = "ROOT_ACCOUNT"  # 422: a user mapped to an account with uid 0 (root)
+    CROSS_SITE_REQUEST = "CROSS_SITE_REQUEST"  # 403: sign-in/out posted from another site
 
 
 class ApiError(Exception):
@@ -98,6 +104,18 @@ def store_error(exc: StoreError) -> ApiError:
                 "alternatives": [asdict(a) for a in report.alternatives],
             },
         )
+    if isinstance(exc, QuotaExceeded):
+        return ApiError(
+            429,
+            ErrorCode.QUOTA_EXCEEDED,
+            str(exc),
+            {
+                "limit": QUOTA_SETTINGS[exc.limit],
+                "maximum": exc.maximum,
+                "current": exc.current,
+                "adding": exc.adding,
+            },
+        )
     if isinstance(exc, NotFound):
         return ApiError(404, ErrorCode.NOT_FOUND, str(exc), {"kind": exc.kind, "key": exc.key})
     if isinstance(exc, AlreadyExists):
@@ -113,6 +131,13 @@ def store_error(exc: StoreError) -> ApiError:
         return ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc))
     # ConcurrentUpdate and anything new: the request was fine, the server was not.
     return ApiError(500, ErrorCode.INTERNAL, "internal error")
+
+
+# A quota's setting, by the store's name for it: what `details.limit` of a 429 names.
+QUOTA_SETTINGS = {
+    "active_jobs": "JPUSHARE_MAX_ACTIVE_JOBS_PER_USER",
+    "job_bytes": "JPUSHARE_MAX_JOB_BYTES_PER_USER",
+}
 
 
 def _validation_details(errors: Sequence[Any]) -> dict[str, Any]:

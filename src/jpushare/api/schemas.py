@@ -32,6 +32,10 @@ from jpushare.vocabulary import AnswerCode, JobState, NodeState, ReleaseReason
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+# The most entries one page of a list answers (GET /v1/jobs; the queue's, GET /v1/queue):
+# what one request may make the server hold at once.
+MAX_LIST_LIMIT = 1000
+MAX_QUEUE_LIMIT = 10_000
 
 
 def _no_nul(value: str) -> str:
@@ -110,8 +114,8 @@ class JobBase(BaseModel):
     time_limit_s: float | None = Field(default=None, description="seconds")
     workdir: Annotated[str, AfterValidator(job_run.check_workdir)] | None = Field(
         default=None,
-        description="absolute directory it runs in (sbatch --chdir); none: the service's, "
-        "with the service's environment, as jobs before revision 0003",
+        description="absolute directory it runs in (sbatch --chdir); null only on jobs from "
+        "before revision 0003, which ran in the service's directory",
     )
     output_path: Annotated[str, AfterValidator(job_run.check_file_pattern)] | None = Field(
         default=None, description="stdout file, %j job id, %a attempt (default jpushare-%j.out)"
@@ -138,7 +142,14 @@ class JobCreate(JobBase, _In):
     """A job to queue (SPEC §2). `num_gpus` 1-8 for every role; `min_tier` by name."""
 
     name: Annotated[str, Field(max_length=200), AfterValidator(_no_nul)] = Field(
-        default="", description="default: the command's first word"
+        default="",
+        description="default: the command's program name (its basename, without the "
+        "arguments or the VAR=value assignments before it: `python3`, `train.sh`)",
+    )
+    # Required here: a job without one would run in the service's own directory.
+    workdir: Annotated[str, AfterValidator(job_run.check_workdir)] = Field(
+        description="absolute directory it runs in (sbatch --chdir), as its owner; the CLI "
+        "sends the directory it is run from",
     )
     command: Annotated[
         str,
@@ -549,6 +560,11 @@ class UserCreate(_In):
         description="the Unix account the user's jobs run as and MUNGE sign-in maps to; "
         "default: the user's name. It must exist on the service's host (422 "
         "UNKNOWN_UNIX_ACCOUNT otherwise)",
+    )
+    allow_root: bool = Field(
+        default=False,
+        description="map the user to an account with uid 0 (root): refused (422 "
+        "ROOT_ACCOUNT) unless true, since such a user's jobs would run as root",
     )
 
 

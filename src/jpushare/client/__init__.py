@@ -2,7 +2,7 @@
 
     from jpushare.client import Client, ApiError
     with Client("http://127.0.0.1:8000", token) as api:
-        job = api.submit("train", "python train.py", num_gpus=2)
+        job = api.submit("train", "python train.py", num_gpus=2, workdir="/home/me/project")
         print(api.why(job["id"])["sentence"])
 
 Methods return the API's JSON (dicts); every failure raises `ApiError` carrying the API's

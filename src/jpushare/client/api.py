@@ -378,11 +378,19 @@ class Client:
         return result
 
     def create_user(
-        self, name: str, lab: str, role: str = "student", unix_user: str | None = None
+        self,
+        name: str,
+        lab: str,
+        role: str = "student",
+        unix_user: str | None = None,
+        *,
+        allow_root: bool = False,
     ) -> JSON:
-        body = {"name": name, "lab": lab, "role": role}
+        body: JSON = {"name": name, "lab": lab, "role": role}
         if unix_user is not None:
             body["unix_user"] = unix_user
+        if allow_root:  # an account with uid 0 is refused without it (422 ROOT_ACCOUNT)
+            body["allow_root"] = True
         result: JSON = self._call("POST", "/v1/admin/users", json=body)
         return result
 

@@ -615,7 +615,9 @@ def register(subparsers: Any) -> None:
     p = add("submit", _submit, "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…")
     p.add_argument("--gpus", type=_gpus, required=True, metavar="N", help="1-8 GPUs on one node")
     p.add_argument("--min-tier", metavar="T", help="the weakest GPU tier it may run on")
-    p.add_argument("--name", metavar="NAME", help="default: the command's first word")
+    p.add_argument(
+        "--name", metavar="NAME", help="default: the command's program name (e.g. python3)"
+    )
     p.add_argument(
         "--time-limit",
         "-t",

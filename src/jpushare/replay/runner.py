@@ -153,7 +153,12 @@ class Replay:
                 )
             if user is None:
                 try:
-                    self.admin.create_user(name, lab, "student", self.o.unix_user)
+                    # A replay run as root runs its jobs as root unless told otherwise:
+                    # the operator's own choice, said to the API explicitly.
+                    self.admin.create_user(
+                        name, lab, "student", self.o.unix_user,
+                        allow_root=self.o.unix_user == "root",
+                    )  # fmt: skip
                 except ApiError as e:
                     if e.code == "ACCOUNT_NOT_SERVED":
                         served = e.details.get("served", "?")

@@ -118,12 +118,22 @@ def _usage_value(raw: str) -> float:
     return value
 
 
+class RootAccount(ValueError):
+    """A user would be mapped to an account with uid 0 without `--allow-root`."""
+
+
 def _user_add(args: argparse.Namespace) -> int:
     now = store.utc_now()
     with transaction() as s:
         user = store.create_user(s, args.name, args.lab, args.role, now, args.unix_user)
         # After the store's checks (lab, name); raising rolls the insert back.
         account = resolve_account(user.unix_user)
+        if account.uid == 0 and not args.allow_root:
+            raise RootAccount(
+                f"the Unix account {account.name} has uid 0: {user.name}'s jobs would run as "
+                "root; give the user their own account with --unix-user, or pass "
+                "--allow-root if that is really meant (nothing was changed)"
+            )
         issued = store.issue_token(s, user.id, now, label=args.label)
     print(
         f"user {user.name} created in lab {user.lab_name} as {user.role}; "
@@ -316,7 +326,8 @@ def _tier_list(args: argparse.Namespace) -> int:
 
 def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Store errors become one line on stderr and exit code 1; an unknown Unix account, a
-    bad setting or a database URL that cannot be used exit code 2 (nothing was changed)."""
+    root account without --allow-root, a bad setting or a database URL that cannot be used
+    exit code 2 (nothing was changed)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -324,7 +335,7 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except store.StoreError as exc:
             print(f"jpushare admin: {exc}", file=sys.stderr)
             return 1
-        except (UnknownAccount, ConfigError) as exc:
+        except (UnknownAccount, ConfigError, RootAccount) as exc:
             print(f"jpushare admin: {exc}", file=sys.stderr)
             return 2
         except URL_ERRORS as exc:
@@ -372,6 +383,12 @@ def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="ACCOUNT",
         help="the Unix account the user's jobs run as and MUNGE sign-in maps to (default: "
         "NAME); it must exist on this host",
+    )
+    p.add_argument(
+        "--allow-root",
+        action="store_true",
+        help="let the account have uid 0 (root): refused without it, since the user's jobs "
+        "would run as root",
     )
     p.add_argument("--label", default="", help="a note on the token")
     p = command(user, "list", _user_list, "list users")

@@ -63,6 +63,7 @@ def create_worker_app() -> FastAPI:
         observed_busy=load_observed_busy,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.connections.body_timeout_s,
+        user_quotas=settings.user_quotas,
         only_unix_user=served_account(settings.executor),
         placement_order=settings.placement_order,
         policy=POLICIES[settings.policy],

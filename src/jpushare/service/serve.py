@@ -335,6 +335,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 metrics=metrics,
                 max_body_bytes=settings.max_body_bytes,
                 body_timeout_s=settings.connections.body_timeout_s,
+                user_quotas=settings.user_quotas,
                 only_unix_user=only_account,
                 placement_order=settings.placement_order,
                 policy=POLICIES[settings.policy],

@@ -6,21 +6,40 @@ State changes after submission live in `lifecycle.py` (one job at a time) and `c
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, insert, or_, select, true
+from sqlalchemy import (
+    LargeBinary,
+    Select,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    insert,
+    literal,
+    null,
+    or_,
+    select,
+    true,
+)
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, aliased
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
 from jpushare.policy.model import Placement, Tier
 from jpushare.run_settings import JobRun, checked
-from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound
+from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound, StoreError
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import (
+    ENDED_STATES,
     EventKind,
     GpuResource,
     GpuTier,
@@ -34,6 +53,41 @@ from jpushare.store.schema import (
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
+
+
+# A job's name is public (`squeue` shows it): the default takes only the program's name,
+# never its arguments nor the `VAR=value` assignments before it (`HF_TOKEN=… python x`).
+DEFAULT_NAME_CHARS = 64
+FALLBACK_NAME = "job"
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+_SHELL_STOP = re.compile(r"[;&|()<>`$\s]")  # where a shell word stops being a program name
+_REDIRECTION = re.compile(r"\d*[<>].*", re.DOTALL)
+# Programs that run the next word: the name is that word's (`env A=1 python x` -> python).
+_WRAPPERS = frozenset({"env", "exec", "nohup", "command"})
+_WRAPPER_OPTIONS_WITH_VALUE = frozenset({"-u", "--unset", "-C", "--chdir"})
+
+
+def default_job_name(command: str) -> str:
+    """The name of a job submitted without one: its program's basename (`python3`,
+    `train.sh`), at most DEFAULT_NAME_CHARS printable characters; "job" if there is none."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:  # unbalanced quotes: the shell would refuse it too
+        words = command.split()
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if _ASSIGNMENT.fullmatch(word) or _REDIRECTION.fullmatch(word):
+            continue
+        program = _SHELL_STOP.split(word.lstrip("({!"), maxsplit=1)[0].rsplit("/", 1)[-1]
+        if program in _WRAPPERS:
+            while i < len(words) and words[i].startswith("-"):
+                i += 2 if words[i] in _WRAPPER_OPTIONS_WITH_VALUE else 1
+            continue
+        name = "".join(c for c in program if c.isprintable())[:DEFAULT_NAME_CHARS]
+        return name or FALLBACK_NAME
+    return FALLBACK_NAME
 
 
 def parse_job_id(value: str | int) -> int:
@@ -73,10 +127,63 @@ def job_record(
     )
 
 
-def _record_select() -> Select[Any]:
+# A job's columns that only its owner, its lab's PIs and admins see (`api.privacy` names
+# them in every answer's `hidden` list): a read for a list loads them only where they are
+# shown, and never loads `environment`, which no list shows.
+PRIVATE_JOB_COLUMNS: tuple[str, ...] = (
+    "command",
+    "workdir",
+    "environment",
+    "output_path",
+    "error_path",
+)
+_NEVER_IN_LISTS = frozenset({"environment"})
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """Whose private columns a lean read loads: every job's (`every_job`, an admin's view),
+    or only those of the jobs of `user_id` (a student's own) or of `lab_id` (a pi's lab).
+    `Shown()`: nobody's. Where they are not loaded the record holds "" for the command and
+    None for the others; the environment is never loaded."""
+
+    every_job: bool = False
+    user_id: int | None = None
+    lab_id: int | None = None
+
+    def condition(self) -> ColumnElement[bool] | bool:
+        """The rows whose private columns are loaded: True every row, False none."""
+        if self.every_job:
+            return True
+        mine = [] if self.user_id is None else [Job.user_id == self.user_id]
+        lab = [] if self.lab_id is None else [Job.lab_id == self.lab_id]
+        return or_(*mine, *lab) if mine or lab else False
+
+
+def _lean_columns(shown: Shown) -> list[ColumnElement[Any]]:
+    """The job's columns for `shown`: private ones only where shown, under their own names."""
+    condition = shown.condition()
+    out: list[ColumnElement[Any]] = []
+    for column in _JOB_COLUMNS:
+        if column.name not in PRIVATE_JOB_COLUMNS:
+            out.append(column)
+            continue
+        blank = literal("", Text) if column.name == "command" else null()
+        if column.name in _NEVER_IN_LISTS or condition is False:
+            out.append(blank.label(column.name))
+        elif condition is True:
+            out.append(column)
+        else:
+            out.append(case((condition, column), else_=blank).label(column.name))
+    return out
+
+
+def _record_select(shown: Shown | None = None) -> Select[Any]:
+    """Every column of the job (`shown` None), or the lean columns of a list read."""
+    columns = _JOB_COLUMNS if shown is None else _lean_columns(shown)
     return (
         select(
-            *_JOB_COLUMNS,
+            *columns,
             User.name.label("_user_name"),
             Lab.name.label("_lab_name"),
             _Tier.name.label("_tier_name"),
@@ -150,6 +257,76 @@ _SUBMIT_INPUTS = (
     .where(User.id == bindparam("user_id"))
 )
 
+# With a quota: the same, locking the user's row (PostgreSQL; SQLite's BEGIN IMMEDIATE
+# already serializes writers), so that one user's submissions count their jobs one at a time.
+_SUBMIT_INPUTS_LOCKED = _SUBMIT_INPUTS.with_for_update(of=User)
+
+
+class QuotaExceeded(StoreError):
+    """A submission would take its user over a per-user limit; nothing was stored."""
+
+    def __init__(self, user: str, limit: str, maximum: int, current: int, adding: int) -> None:
+        self.user, self.limit = user, limit
+        self.maximum, self.current, self.adding = maximum, current, adding
+        if limit == "active_jobs":
+            text = (
+                f"{user} has {current} active jobs (queued or running), the most one user "
+                f"may have is {maximum}: wait for some to end, or cancel some"
+            )
+        else:
+            text = (
+                f"{user}'s active jobs hold {current} bytes of commands and environments; "
+                f"this job's {adding} more would pass the limit of {maximum} per user: "
+                "put long commands and variables in a script, or wait for jobs to end"
+            )
+        super().__init__(text + "; nothing was stored")
+
+
+def _stored_bytes(dialect: str) -> ColumnElement[Any]:
+    """A job's command and environment as stored, in bytes (PostgreSQL's octet_length reads
+    a value's size without decompressing it)."""
+    if dialect == "postgresql":
+        env = func.octet_length(cast(Job.environment, Text))
+        command = func.octet_length(Job.command)
+    else:
+        env = func.length(cast(Job.environment, LargeBinary))
+        command = func.length(cast(Job.command, LargeBinary))
+    return command + func.coalesce(env, 0)
+
+
+def _active_usage(dialect: str) -> Select[Any]:
+    """One user's jobs that have not ended: how many, and their stored bytes."""
+    return select(func.count(), func.coalesce(func.sum(_stored_bytes(dialect)), 0)).where(
+        Job.user_id == bindparam("user_id"),
+        Job.state.not_in([state.value for state in ENDED_STATES]),
+    )
+
+
+_ACTIVE_USAGE = {name: _active_usage(name) for name in ("postgresql", "sqlite")}
+
+
+def job_bytes(command: str, environment: Mapping[str, str] | None) -> int:
+    """What a new job adds to its user's stored bytes (the environment as JSON)."""
+    env = 0 if environment is None else len(json.dumps(dict(environment)).encode())
+    return len(command.encode()) + env
+
+
+def _check_quota(
+    connection: Connection,
+    user_id: int,
+    user_name: str,
+    adding: int,
+    max_active_jobs: int | None,
+    max_job_bytes: int | None,
+) -> None:
+    usage = _ACTIVE_USAGE.get(connection.dialect.name, _ACTIVE_USAGE["sqlite"])
+    count, stored = connection.execute(usage, {"user_id": user_id}).one()
+    if max_active_jobs is not None and count + 1 > max_active_jobs:
+        raise QuotaExceeded(user_name, "active_jobs", max_active_jobs, int(count), 1)
+    if max_job_bytes is not None and stored + adding > max_job_bytes:
+        raise QuotaExceeded(user_name, "job_bytes", max_job_bytes, int(stored), adding)
+
+
 _NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
     name: bindparam(name)
     for name in (
@@ -219,6 +396,8 @@ def submit(
     min_tier: str | None = None,
     time_limit_s: float | None = None,
     run: JobRun | None = None,
+    max_active_jobs: int | None = None,
+    max_job_bytes: int | None = None,
 ) -> Submission:
     """Queue a job for the user's lab, after the SPEC §2 checks; the job, with the tier names
     its public form needs.
@@ -228,6 +407,11 @@ def submit(
     The fit check reads the inventory in the same transaction as the insert. Statements: one
     read (user, tiers, placement capacities), then on PostgreSQL one INSERT of the job and
     its `submitted` event together, on SQLite two INSERTs.
+
+    `max_active_jobs` / `max_job_bytes`: the user's limits on jobs that have not ended and
+    on their stored command + environment bytes (None: no limit); QuotaExceeded beyond
+    them. Checked with one more read, after the first locked the user's row, in the
+    insert's transaction: two submissions of one user cannot both pass.
     """
     if not MIN_GPUS <= num_gpus <= MAX_GPUS:
         raise InvalidRequest(f"num_gpus must be {MIN_GPUS}-{MAX_GPUS}, got {num_gpus}")
@@ -241,10 +425,15 @@ def submit(
         raise InvalidRequest(str(exc)) from exc
     session.flush()  # Core statements below: make pending ORM changes visible first
     connection = session.connection()
-    rows = connection.execute(_SUBMIT_INPUTS, {"user_id": user_id}).all()
+    quota = max_active_jobs is not None or max_job_bytes is not None
+    inputs = _SUBMIT_INPUTS_LOCKED if quota else _SUBMIT_INPUTS
+    rows = connection.execute(inputs, {"user_id": user_id}).all()
     if not rows:
         raise NotFound("user", user_id)
     lab_id, user_name, lab_name = rows[0][0], rows[0][1], rows[0][2]
+    if quota:
+        adding = job_bytes(command, run.environment)
+        _check_quota(connection, user_id, user_name, adding, max_active_jobs, max_job_bytes)
     by_name: dict[str, Tier] = {}
     capacities: list[Placement] = []
     for row in rows:
@@ -275,7 +464,7 @@ def submit(
     if not report.ok:
         raise NoFitPlacement(report)
     params: dict[str, Any] = {
-        "name": name.strip() or command.strip().split()[0][:200],
+        "name": name.strip() or default_job_name(command),
         "command": command,
         "user_id": user_id,
         "lab_id": lab_id,
@@ -339,10 +528,12 @@ class JobFilter:
     until: datetime | None = None
 
 
-def list_jobs(session: Session, filters: JobFilter | None = None) -> list[JobRecord]:
-    """Jobs matching `filters`, newest first."""
+def list_jobs(
+    session: Session, filters: JobFilter | None = None, *, shown: Shown | None = None
+) -> list[JobRecord]:
+    """Jobs matching `filters`, newest first; with `shown`, lean (see `Shown`)."""
     f = filters or JobFilter()
-    stmt = _record_select().order_by(Job.id.desc()).limit(max(1, min(f.limit, 10_000)))
+    stmt = _record_select(shown).order_by(Job.id.desc()).limit(max(1, min(f.limit, 10_000)))
     if f.states:
         stmt = stmt.where(Job.state.in_([s.value for s in f.states]))
     if f.lab is not None:
@@ -362,13 +553,15 @@ def list_jobs(session: Session, filters: JobFilter | None = None) -> list[JobRec
     return [_record(row) for row in session.execute(stmt)]
 
 
-def get_jobs(session: Session, job_ids: Iterable[int]) -> dict[int, JobRecord]:
-    """Several jobs by id (missing ids are left out)."""
+def get_jobs(
+    session: Session, job_ids: Iterable[int], *, shown: Shown | None = None
+) -> dict[int, JobRecord]:
+    """Several jobs by id (missing ids are left out); with `shown`, lean (see `Shown`)."""
     ids = sorted(set(job_ids))
     out: dict[int, JobRecord] = {}
     for start in range(0, len(ids), 1000):
         chunk = ids[start : start + 1000]
-        for row in session.execute(_record_select().where(Job.id.in_(chunk))):
+        for row in session.execute(_record_select(shown).where(Job.id.in_(chunk))):
             record = _record(row)
             out[record.id] = record
     return out

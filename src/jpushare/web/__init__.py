@@ -3,7 +3,8 @@
 `install_web(app)` adds the pages (`web.pages`), the sign-in (`web.auth`), the
 dashboard's own static files at `/static/web` (its CSS, its script and the vendored uPlot
 chart library, see static/vendor/uplot/README.md) and Swagger UI from local assets
-(`web.docs`). Nothing is fetched from another host.
+(`web.docs`). Nothing is fetched from another host, and no response may be framed by
+another site (`web.framing`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from jpushare.web.docs import install_offline_docs
+from jpushare.web.framing import NoFraming
 from jpushare.web.pages import WebConfig, build_router
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -32,7 +34,9 @@ def refresh_from_env(env: dict[str, str] | None = None) -> float:
 
 
 def install_web(app: FastAPI, refresh_s: float | None = None) -> None:
-    """Add the dashboard, its static files and the offline /docs to `app`."""
+    """Add the dashboard, its static files and the offline /docs to `app`, and forbid
+    other sites to frame any of its responses (`web.framing`)."""
+    app.add_middleware(NoFraming)
     install_offline_docs(app)
     app.mount("/static/web", StaticFiles(directory=STATIC_DIR), name="web-static")
     app.include_router(build_router(WebConfig(refresh_s or refresh_from_env())))

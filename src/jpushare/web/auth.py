@@ -5,7 +5,8 @@ A person pastes their token into `/signin` (or follows the link `jpushare web` p
 script posts it at once). The token is checked with `store.authenticate`, exactly as the API
 checks a bearer token, and stored in an HttpOnly, SameSite=Strict cookie: scripts cannot
 read it and other sites cannot make the browser send it. Every page checks it again, so a
-revoked token signs the browser out at its next refresh.
+revoked token signs the browser out at its next refresh. Signing in and out refuse a
+form another site posted (`cross_site`: 403 CROSS_SITE_REQUEST).
 """
 
 from __future__ import annotations
@@ -42,13 +43,36 @@ def safe_next(raw: str | None) -> str:
     return raw
 
 
-def same_origin(request: Request) -> bool:
-    """False when a browser says the form was posted from another site (`Origin`); a
-    request without the header (curl, an old browser) passes: the token is what counts."""
+def cross_site(request: Request) -> str | None:
+    """Why the browser says this form was posted from another site, or None (login CSRF:
+    another page may not sign this browser in to an account of its choosing, nor out).
+
+    As Django and the Fetch Metadata guidance do: `Sec-Fetch-Site` where the browser sends
+    it (only `same-origin`, or `none` for a person's own navigation, pass; `same-site` is a
+    sibling host, not this one), else `Origin` (its host must be the request's `Host`;
+    `null`, from a sandboxed frame or a redirect, is refused), else `Referer` likewise. A
+    request with none of them is no browser's form post (curl, a script): it passes, and
+    the token it carries is what counts."""
+    host = request.headers.get("host", "")
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site.strip().lower() not in ("same-origin", "none"):
+        return f"Sec-Fetch-Site: {fetch_site}"
     origin = request.headers.get("origin")
-    if origin is None:
-        return True
-    return urlsplit(origin).netloc == request.headers.get("host", "")
+    if origin is not None:
+        return None if _host_of(origin) == host else f"Origin: {origin}"
+    referer = request.headers.get("referer")
+    if fetch_site is None and referer is not None and _host_of(referer) != host:
+        return f"Referer: {referer}"
+    return None
+
+
+def _host_of(url: str) -> str | None:
+    """The host[:port] of an http(s) URL; None for anything else (`null`, a path)."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    return parts.netloc if parts.scheme in ("http", "https") and parts.netloc else None
 
 
 def signin_url(next_path: str) -> str:

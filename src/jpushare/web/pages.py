@@ -19,7 +19,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from jpushare.api.deps import ContextDep, SessionDep, get_context
-from jpushare.api.errors import ApiError
+from jpushare.api.errors import ApiError, ErrorCode, error_response
 from jpushare.api.routes import cluster, jobs, stats
 from jpushare.api.schemas import (
     INT64_MAX,
@@ -32,9 +32,9 @@ from jpushare.web import history
 from jpushare.web.auth import (
     COOKIE,
     cookie_user,
+    cross_site,
     parse_form,
     safe_next,
-    same_origin,
     signin_url,
     token_user,
 )
@@ -213,8 +213,9 @@ def build_router(config: WebConfig) -> APIRouter:
 
     @router.post("/signin", response_class=HTMLResponse)
     async def signin(request: Request) -> Response:
-        if not same_origin(request):  # another site may not sign this browser in
-            return _signin_page("/", "Sign in from this site's own page.", 403)
+        refused = _refuse_cross_site(request, "sign in")  # nor into an account it chose
+        if refused is not None:
+            return refused
         form = parse_form(await request.body())
         target = safe_next(form.get("next"))
         token = form.get("token", "").strip()
@@ -234,12 +235,29 @@ def build_router(config: WebConfig) -> APIRouter:
         return response
 
     @router.post("/signout")
-    def signout() -> Response:
+    def signout(request: Request) -> Response:
+        refused = _refuse_cross_site(request, "sign out")
+        if refused is not None:
+            return refused
         response = RedirectResponse("/signin", status_code=303)
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
     return router
+
+
+def _refuse_cross_site(request: Request, action: str) -> Response | None:
+    """403 CROSS_SITE_REQUEST when another site posted the form (`auth.cross_site`)."""
+    why = cross_site(request)
+    if why is None:
+        return None
+    return error_response(
+        403,
+        ErrorCode.CROSS_SITE_REQUEST,
+        f"another site may not {action} this browser ({why}): use this site's own page",
+        {"action": action.replace(" ", "_")},
+        SECURITY_HEADERS,
+    )
 
 
 def _to_signin(request: Request) -> Response:

@@ -49,7 +49,8 @@ router = APIRouter(
         409: {"model": ErrorPublic, "description": "CONFLICT: exists already"},
         422: {
             "model": ErrorPublic,
-            "description": "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED",
+            "description": "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED, "
+            "ROOT_ACCOUNT",
         },
     },
 )
@@ -179,10 +180,11 @@ def create_user(
     body: UserCreate, session: SessionDep, admin: AdminUser, ctx: ContextDep
 ) -> UserPublic:
     """A user of a lab with a role, whose jobs run as the Unix account `unix_user` (default:
-    the name), which must exist on this host; issue a token for them next."""
+    the name), which must exist on this host and not have uid 0 (422 ROOT_ACCOUNT, unless
+    `allow_root`); issue a token for them next."""
     user = store.create_user(session, body.name, body.lab, body.role, ctx.clock(), body.unix_user)
     try:  # after the store's checks (lab, name), so their errors come first
-        resolve_account(user.unix_user)
+        account = resolve_account(user.unix_user)
     except UnknownAccount as exc:  # raising rolls the insert back
         raise ApiError(
             422, ErrorCode.UNKNOWN_UNIX_ACCOUNT, str(exc), {"unix_user": user.unix_user}
@@ -195,6 +197,15 @@ def create_user(
             f"this service runs as the Unix account {only}, not root, so it can run jobs only "
             f"as {only}, not as {user.unix_user}: run it as root to serve other accounts",
             {"unix_user": user.unix_user, "served": only},
+        )
+    if account.uid == 0 and not body.allow_root:
+        raise ApiError(
+            422,
+            ErrorCode.ROOT_ACCOUNT,
+            f"the Unix account {user.unix_user} has uid 0: {user.name}'s jobs would run as "
+            "root. Map the user to their own account, or send allow_root: true if that is "
+            "really meant",
+            {"unix_user": user.unix_user, "uid": 0},
         )
     return user_public(user)
 

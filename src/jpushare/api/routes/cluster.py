@@ -12,6 +12,7 @@ from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.figures import placement_counts
 from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
+    MAX_QUEUE_LIMIT,
     ErrorPublic,
     LabsPublic,
     PlacementPublic,
@@ -25,6 +26,7 @@ from jpushare.api.schemas import (
 from jpushare.api.why import QueueView, queue_entries
 from jpushare.store.counts import LabInFlight, lab_in_flight, lab_job_counts
 from jpushare.store.inventory import tier_names_by_sort_order
+from jpushare.store.jobs import Shown
 from jpushare.store.reservations import held_reservations
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
@@ -41,7 +43,9 @@ def queue(
     user: CurrentUser,
     ctx: ContextDep,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_QUEUE_LIMIT, description=f"at most {MAX_QUEUE_LIMIT}")
+    ] = 500,
 ) -> QueuePublic:
     """The queue in fair-share order (SPEC §1), each job with its rank (1 = top), its lab's
     usage, its recorded reservation, what the next cycle would do for it (`next_cycle`, a
@@ -51,7 +55,7 @@ def queue(
     snapshot = store.load_snapshot(session, now, ctx.busy(session), ctx.queue_memo)
     view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)
     page = [int(j) for j in view.decisions.order[offset : offset + limit]]
-    records = store.get_jobs(session, page)
+    records = store.get_jobs(session, page, shown=Shown())  # the queue shows no private field
     tiers = tier_names_by_sort_order(session)
     estimates = ctx.estimates(session, snapshot)
     entries = queue_entries(view, records, tiers, offset, limit, estimates)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
@@ -14,9 +14,10 @@ from jpushare.api.deps import ApiContext, ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.job_attempts import job_attempts
 from jpushare.api.permissions import require_manage
-from jpushare.api.privacy import for_viewer
+from jpushare.api.privacy import for_viewer, shown_to
 from jpushare.api.schemas import (
     INT64_MAX,
+    MAX_LIST_LIMIT,
     AttemptsPublic,
     ErrorPublic,
     JobCreate,
@@ -30,6 +31,7 @@ from jpushare.api.schemas import (
 from jpushare.api.time_window import parse_when
 from jpushare.api.why import QueueView, queued_why
 from jpushare.api.why_history import history_why
+from jpushare.config import UserQuotas
 from jpushare.executors.base import Executor
 from jpushare.executors.local import LOG_TAIL_BYTES
 from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
@@ -57,27 +59,49 @@ _JOB_ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
+def user_quotas(request: Request) -> UserQuotas:
+    """The app's per-user quotas (`create_app(user_quotas=...)`)."""
+    quotas = getattr(request.app.state, "user_quotas", None)
+    return quotas if isinstance(quotas, UserQuotas) else UserQuotas()
+
+
 @router.post(
     "",
     status_code=201,
     response_model=JobPublic,
     responses={
         **_ERRORS,
-        422: {"model": ErrorPublic, "description": "VALIDATION_ERROR or NO_FIT_PLACEMENT"},
+        422: {
+            "model": ErrorPublic,
+            "description": "VALIDATION_ERROR (e.g. no absolute workdir) or NO_FIT_PLACEMENT",
+        },
+        429: {
+            "model": ErrorPublic,
+            "description": "QUOTA_EXCEEDED: the user's active jobs, or their bytes, are at "
+            "the per-user limit (`details`: limit, maximum, current, adding)",
+        },
     },
 )
 async def submit_job(
-    body: JobCreate, session: SessionDep, user: CurrentUser, ctx: ContextDep
+    body: JobCreate,
+    session: SessionDep,
+    user: CurrentUser,
+    ctx: ContextDep,
+    quotas: Annotated[UserQuotas, Depends(user_quotas)],
 ) -> Response:
-    """Queue a job (SPEC §2). 422 NO_FIT_PLACEMENT (nothing stored) when no placement could
-    ever hold it; `details.alternatives` says what could be asked instead."""
+    """Queue a job (SPEC §2) in its absolute `workdir`. 422 NO_FIT_PLACEMENT (nothing
+    stored) when no placement could ever hold it; `details.alternatives` says what could be
+    asked instead. 429 QUOTA_EXCEEDED (nothing stored) when its user already has the most
+    active jobs, or bytes of command and environment, one user may have."""
     # The hot path: the store work, the commit and the JSON in one trip to the thread pool
     # (get_session then has nothing left to do in a thread).
-    content = await run_in_threadpool(_submit, session, user, body, ctx)
+    content = await run_in_threadpool(_submit, session, user, body, ctx, quotas)
     return Response(content, status_code=201, media_type="application/json")
 
 
-def _submit(session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext) -> bytes:
+def _submit(
+    session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext, quotas: UserQuotas
+) -> bytes:
     done = store.submit(
         session,
         user_id=user.id,
@@ -88,6 +112,8 @@ def _submit(session: Session, user: UserRecord, body: JobCreate, ctx: ApiContext
         min_tier=body.min_tier,
         time_limit_s=body.limit_s(),
         run=body.run(),
+        max_active_jobs=quotas.max_active_jobs,
+        max_job_bytes=quotas.max_job_bytes,
     )
     content = job_public(done.job, done.tier_names_by_sort_order).model_dump_json()
     session.commit()  # before the response goes out, as for every other route
@@ -103,7 +129,9 @@ def list_jobs(
     lab: Annotated[Name | None, Query(description="lab name")] = None,
     mine: Annotated[bool, Query(description="only my jobs")] = False,
     before_id: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_LIST_LIMIT, description=f"at most {MAX_LIST_LIMIT}")
+    ] = 100,
     user_name: Annotated[Name | None, Query(alias="user", description="user name")] = None,
     name: Annotated[str | None, Query(max_length=200, description="job name, exactly")] = None,
     since: Annotated[str | None, Query(max_length=64, description=_SINCE)] = None,
@@ -112,7 +140,7 @@ def list_jobs(
     """Jobs, newest first; every filter narrows. Page with `before_id`. Other users' jobs
     come without their private fields (null, named in `hidden`), as `squeue` shows them.
     `since`/`until` select as sacct's -S/-E do: the jobs that had been submitted and had
-    not ended at some moment of the window."""
+    not ended at some moment of the window. At most 1000 a page (`limit`; 422 above)."""
     now = ctx.clock()
     jobs = store.list_jobs(
         session,
@@ -127,6 +155,7 @@ def list_jobs(
             since=parse_when(since, now, "since") if since is not None else None,
             until=parse_when(until, now, "until") if until is not None else None,
         ),
+        shown=shown_to(user),  # only the private columns this viewer is shown
     )
     tiers = tier_names_by_sort_order(session)
     return JobsPublic(
