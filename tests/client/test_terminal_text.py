@@ -142,7 +142,7 @@ def test_a_server_error_message_and_lab_names_are_cleaned(
         admin.create_user("gil", lab, unix_user="nobody")
         secret = admin.issue_token("gil")["secret"]
     with Client(served.url, secret) as gil:
-        job = gil.submit("x", "true", 1)["id"]
+        job = gil.submit("x", "true", 1, workdir="/tmp")["id"]
     as_user(served, "bob", monkeypatch)
     assert main(["cancel", str(job)]) == 1
     err = capsys.readouterr().err

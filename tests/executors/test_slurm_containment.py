@@ -23,6 +23,7 @@ from jpushare.executors.base import LaunchSpec, RunInfo, RunState
 from jpushare.executors.slurm import SlurmExecutor
 from tests.executors.contract import wait_for
 from tests.executors.live_slurm import cluster_guard, session_prefix, shared_dir
+from tests.marked_processes import live_with_marker
 
 pytestmark = pytest.mark.slurm
 
@@ -62,21 +63,6 @@ def _wait(ex: SlurmExecutor, s: LaunchSpec, *states: RunState) -> RunInfo:
         return info if info is not None and info.state in states else None
 
     return wait_for(probe, WAIT_S, 0.2, f"{s.job_id} in {states}")
-
-
-def _marked(marker: str) -> list[int]:
-    """Pids whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 def _escape_command(marker: str, then: str) -> str:
@@ -126,12 +112,12 @@ def test_a_setsid_child_dies_with_a_cancel(executor: SlurmExecutor) -> None:
     s = _spec(_escape_command(marker, "sleep 600"))
     run = executor.submit(s)
     _wait(executor, s, RunState.RUNNING)
-    wait_for(lambda: _marked(marker) or None, WAIT_S, 0.2, "the setsid child to start")
+    wait_for(lambda: live_with_marker(marker) or None, WAIT_S, 0.2, "the setsid child to start")
 
     executor.cancel(run)
 
     _wait(executor, s, RunState.CANCELLED)
-    wait_for(lambda: not _marked(marker), WAIT_S, 0.2, "the setsid child to be killed")
+    wait_for(lambda: not live_with_marker(marker), WAIT_S, 0.2, "the setsid child to be killed")
 
 
 def test_a_setsid_child_dies_when_the_job_completes(executor: SlurmExecutor) -> None:
@@ -141,4 +127,4 @@ def test_a_setsid_child_dies_when_the_job_completes(executor: SlurmExecutor) -> 
 
     assert _wait(executor, s, RunState.COMPLETED, RunState.FAILED).state is RunState.COMPLETED
     assert "escaped" in executor.log(s.job_id, 1)
-    wait_for(lambda: not _marked(marker), WAIT_S, 0.2, "the setsid child to be killed")
+    wait_for(lambda: not live_with_marker(marker), WAIT_S, 0.2, "the setsid child to be killed")

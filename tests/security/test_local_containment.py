@@ -20,15 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from jpushare.executors.base import LaunchSpec, RunInfo, RunState
+from jpushare.executors.base import RunInfo, RunState
 from jpushare.executors.cgroups import RunCgroup
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
 from tests.executors.cgroup_cleanup import remove_cgroups
+from tests.marked_processes import live_with_marker
 from tests.missing import missing
+from tests.security.owner_spec import NODE, owner_spec
 from tests.unix_accounts import MadeAccount, made_accounts, require_root
 
-NODE = "ws1"
 WAIT_S = 30.0
 NVIDIA_MAJOR = 195
 
@@ -83,22 +84,6 @@ def setup() -> Iterator[Setup]:
         shutil.rmtree(top, ignore_errors=True)
 
 
-def _spec(job_id: str, owner: MadeAccount, command: str, **run: object) -> LaunchSpec:
-    run.setdefault("environment", {"PATH": "/usr/bin:/bin"})
-    return LaunchSpec(
-        job_id=job_id,
-        attempt=1,
-        name=job_id,
-        command=command,
-        node=NODE,
-        gpu_type="rtx4090",
-        num_gpus=1,
-        unix_user=owner.name,
-        workdir=run.pop("workdir", owner.home),  # type: ignore[arg-type]
-        **run,  # type: ignore[arg-type]
-    )
-
-
 def _wait(what: str, probe: object, timeout_s: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -119,22 +104,6 @@ def _wait_end(ex: LocalExecutor, job_id: str) -> RunInfo:
 
     _wait(f"{job_id} to end", ended)
     return found[0]
-
-
-def _with_marker(marker: str) -> list[int]:
-    """Pids of live (not zombie) processes whose command line holds `marker`."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and stat[stat.rfind(")") + 2] not in "ZX":
-            out.append(int(proc.name))
-    return out
 
 
 def _output(owner: MadeAccount, job_id: str) -> str:
@@ -168,10 +137,10 @@ def test_no_process_of_a_job_outlives_its_end(setup: Setup, end: str) -> None:
     )
     tail = "exit 0" if end == "completed" else "sleep 120"
     command = "\n".join([*escapes.values(), wait_all, "echo all-started", tail])
-    ex.submit(_spec("escape", b, command, time_limit_s=2.0 if end == "timeout" else None))
+    ex.submit(owner_spec("escape", b, command, time_limit_s=2.0 if end == "timeout" else None))
     if end != "completed":
         _wait("every escape to start", lambda: "all-started" in _output(b, "escape"))
-        assert len(_with_marker(f"1001.{tag}")) == len(escapes)
+        assert len(live_with_marker(f"1001.{tag}")) == len(escapes)
     if end == "cancel":
         ex.cancel("escape.1")
 
@@ -184,7 +153,7 @@ def test_no_process_of_a_job_outlives_its_end(setup: Setup, end: str) -> None:
     }
     assert info.state is expected[end], info
     # Ended means ended: no process of the job runs any more, and its cgroup is gone.
-    assert _with_marker(f"1001.{tag}") == []
+    assert live_with_marker(f"1001.{tag}") == []
     assert len(started.read_text().split()) == len(escapes)  # they did all start
     cgroup = json.loads((setup.state_dir / "runs" / "escape.1.json").read_text())["cgroup"]
     assert not any(Path(d).exists() for d in RunCgroup.from_json(cgroup).dirs.values())
@@ -196,14 +165,14 @@ def test_a_restarted_service_still_kills_the_whole_job(setup: Setup) -> None:
     started = Path(b.home) / f"started-{tag}"
     escapes = _escapes(f"1002.{tag}", str(started))
     first = setup.executor()
-    first.submit(_spec("restart", b, "\n".join([*escapes.values(), "sleep 120"])))
-    _wait("the escapes to start", lambda: len(_with_marker(f"1002.{tag}")) == len(escapes))
+    first.submit(owner_spec("restart", b, "\n".join([*escapes.values(), "sleep 120"])))
+    _wait("the escapes to start", lambda: len(live_with_marker(f"1002.{tag}")) == len(escapes))
 
     second = setup.executor()  # a new service over the same state directory
     second.cancel("restart.1")
 
     assert _wait_end(second, "restart").state is RunState.CANCELLED
-    assert _with_marker(f"1002.{tag}") == []
+    assert live_with_marker(f"1002.{tag}") == []
 
 
 MIB = 1 << 20
@@ -226,7 +195,7 @@ def test_shared_memory_and_tmpfs_count_against_the_memory_limit(setup: Setup, ho
         "dev-shm": f"dd if=/dev/zero of={shm} bs=1M count=256 && echo wrote 256 MiB",
     }[how]
     try:
-        ex.submit(_spec(how, b, command, mem_per_gpu_mb=64))
+        ex.submit(owner_spec(how, b, command, mem_per_gpu_mb=64))
         info = _wait_end(ex, how)
         assert info.state is RunState.OOM, (info, _output(b, how))
         assert info.reason == "killed: the job's memory limit of 64 MiB was reached"
@@ -254,12 +223,12 @@ FORK_BOMB = (
 
 def test_a_fork_bomb_is_capped_and_the_executor_goes_on(setup: Setup) -> None:
     ex, b = setup.executor(pids_max=64), setup.b
-    ex.submit(_spec("bomb", b, FORK_BOMB))
+    ex.submit(owner_spec("bomb", b, FORK_BOMB))
     _wait("the bomb to fork", lambda: "forked" in _output(b, "bomb"))
     forked = int(_output(b, "bomb").split()[-1])
     assert forked < 64, forked  # bash and python count too
 
-    ex.submit(_spec("after", b, "echo fine"))  # the executor still starts and ends jobs
+    ex.submit(owner_spec("after", b, "echo fine"))  # the executor still starts and ends jobs
     assert _wait_end(ex, "after").state is RunState.COMPLETED
     ex.cancel("bomb.1")
     assert _wait_end(ex, "bomb").state is RunState.CANCELLED
@@ -288,7 +257,7 @@ def test_a_job_cannot_widen_its_cpu_set(setup: Setup) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         missing("needs two CPUs to tell a pinned job from a widened one")
     ex, b = setup.executor(), setup.b
-    ex.submit(_spec("cpus", b, WIDEN, cpus_per_gpu=1))
+    ex.submit(owner_spec("cpus", b, WIDEN, cpus_per_gpu=1))
     assert _wait_end(ex, "cpus").state is RunState.COMPLETED
     text = _output(b, "cpus")
     now, _, was = text.split("now ", 1)[1].partition(" was ")
@@ -311,7 +280,7 @@ def test_a_job_opens_only_its_own_gpu_device(setup: Setup) -> None:
     ex, b = setup.executor(), setup.b
     dev = setup.devices
     names = [dev / "nvidia0", dev / "nvidiactl", dev / "nvidia1", dev / "nvidia7"]
-    ex.submit(_spec("gpu", b, OPEN_GPUS + " ".join(map(str, names))))
+    ex.submit(owner_spec("gpu", b, OPEN_GPUS + " ".join(map(str, names))))
     assert _wait_end(ex, "gpu").state is RunState.COMPLETED
     seen = {}
     for line in _output(b, "gpu").splitlines():
@@ -343,8 +312,8 @@ def test_output_through_another_users_symlink_or_file_is_refused(setup: Setup) -
     os.chown(planted, a.uid, a.gid)
     planted.chmod(0o666)  # so that B may write it
 
-    ex.submit(_spec("link", b, "echo into-the-link", output=str(link)))
-    ex.submit(_spec("planted", b, "echo into-the-planted-file", output=str(planted)))
+    ex.submit(owner_spec("link", b, "echo into-the-link", output=str(link)))
+    ex.submit(owner_spec("planted", b, "echo into-the-planted-file", output=str(planted)))
 
     info = _wait_end(ex, "link")
     assert info.state is RunState.FAILED
@@ -358,7 +327,7 @@ def test_output_through_another_users_symlink_or_file_is_refused(setup: Setup) -
 
 def test_output_is_capped_by_the_output_size_limit(setup: Setup) -> None:
     ex, b = setup.executor(output_max_bytes=MIB), setup.b
-    ex.submit(_spec("big", b, "head -c 3000000 /dev/zero; echo not-here"))
+    ex.submit(owner_spec("big", b, "head -c 3000000 /dev/zero; echo not-here"))
     info = _wait_end(ex, "big")
     assert info.state is RunState.FAILED, info
     assert info.reason is not None and "output size limit of 1 MiB" in info.reason
@@ -369,7 +338,7 @@ def test_an_oom_reason_never_carries_the_jobs_output(setup: Setup) -> None:
     ex, b = setup.executor(), setup.b
     secret = f"db_password={uuid.uuid4().hex}"
     ex.submit(
-        _spec("oom", b, f"echo 'torch.OutOfMemoryError: CUDA out of memory {secret}'; exit 1")
+        owner_spec("oom", b, f"echo 'torch.OutOfMemoryError: CUDA out of memory {secret}'; exit 1")
     )
     info = _wait_end(ex, "oom")
     assert info.state is RunState.OOM

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from jpushare.executors.base import LaunchSpec, RunInfo, RunState
+from jpushare.executors.base import RunInfo, RunState
 from jpushare.executors.gpus import LocalGpu
 from jpushare.executors.local import LocalExecutor
 from tests.executors.cgroup_cleanup import remove_cgroups
+from tests.security.owner_spec import NODE, owner_spec
 from tests.unix_accounts import MadeAccount, made_accounts, require_root
 
-NODE = "ws1"
 WAIT_S = 30.0
 SECRET = f"secret-{uuid.uuid4().hex}"
 
@@ -56,22 +56,6 @@ def setup() -> Iterator[Setup]:
     finally:
         os.umask(old_umask)
         shutil.rmtree(top, ignore_errors=True)
-
-
-def _spec(job_id: str, owner: MadeAccount, command: str, **run: object) -> LaunchSpec:
-    run.setdefault("environment", {"PATH": "/usr/bin:/bin"})
-    return LaunchSpec(
-        job_id=job_id,
-        attempt=1,
-        name=job_id,
-        command=command,
-        node=NODE,
-        gpu_type="rtx4090",
-        num_gpus=1,
-        unix_user=owner.name,
-        workdir=run.pop("workdir", owner.home),  # type: ignore[arg-type]
-        **run,  # type: ignore[arg-type]
-    )
 
 
 def _wait_end(ex: LocalExecutor, job_id: str) -> RunInfo:
@@ -110,9 +94,9 @@ def test_output_paths_cannot_write_what_the_owner_may_not(setup: Setup) -> None:
     }
     for job_id, target in targets.items():
         if target is None:  # stderr onto A's file, stdout fine
-            ex.submit(_spec(job_id, b, f"echo {SECRET}-err >&2", error=str(a_file)))
+            ex.submit(owner_spec(job_id, b, f"echo {SECRET}-err >&2", error=str(a_file)))
         else:
-            ex.submit(_spec(job_id, b, "echo pwned", output=target))
+            ex.submit(owner_spec(job_id, b, "echo pwned", output=target))
     for job_id in targets:
         info = _wait_end(ex, job_id)
         assert info.state is RunState.FAILED, (job_id, info)
@@ -126,7 +110,7 @@ def test_output_paths_cannot_write_what_the_owner_may_not(setup: Setup) -> None:
     assert not (setup.state_dir / "runs" / "planted").exists()
     # A FIFO as output: the job (B's own) waits for a reader; the service reads it without
     # blocking and never as anything but a regular file.
-    ex.submit(_spec("fifo", b, "echo hi", output=str(fifo)))
+    ex.submit(owner_spec("fifo", b, "echo hi", output=str(fifo)))
     time.sleep(0.5)
     assert ex.find("fifo", 1) is not None
     ex.cancel("fifo.1")
@@ -135,7 +119,7 @@ def test_output_paths_cannot_write_what_the_owner_may_not(setup: Setup) -> None:
 
 def test_the_job_cannot_reach_its_root_wrapper_or_another_users_job(setup: Setup) -> None:
     ex, a, b = setup.executor, setup.a, setup.b
-    ex.submit(_spec("a-job", a, "exec sleep 60"))
+    ex.submit(owner_spec("a-job", a, "exec sleep 60"))
     deadline = time.monotonic() + WAIT_S
     a_pid = None
     while a_pid is None and time.monotonic() < deadline:
@@ -170,7 +154,7 @@ def test_the_job_cannot_reach_its_root_wrapper_or_another_users_job(setup: Setup
         'for fd in /proc/self/fd/*; do echo "fd $fd $(readlink $fd)"; done',
         f"sleep 0.2; echo done > {report}.done",
     ]
-    ex.submit(_spec("b-job", b, "\n".join(probes), output=str(report)))
+    ex.submit(owner_spec("b-job", b, "\n".join(probes), output=str(report)))
     info = _wait_end(ex, "b-job")
     text = report.read_text()
     assert info.state is RunState.COMPLETED, (info, text)
@@ -194,7 +178,7 @@ def test_loader_variables_reach_the_job_only_and_bad_names_fail_only_it(setup: S
     }
     marker.write_text(f"touch {marker}.ran-as-$(id -u)\n")
     try:
-        ex.submit(_spec("env", b, "true", environment=env))
+        ex.submit(owner_spec("env", b, "true", environment=env))
         info = _wait_end(ex, "env")
         assert info.state is RunState.COMPLETED, info
         ran = sorted(p.name for p in marker.parent.glob(f"{marker.name}.ran-as-*"))
@@ -205,8 +189,8 @@ def test_loader_variables_reach_the_job_only_and_bad_names_fail_only_it(setup: S
     # A NUL or '=' in a name gets past no API; should it reach the executor, only the job
     # fails, with a reason, and the service goes on.
     for job_id, bad in (("nul", {"X": "a\x00b"}), ("eq", {"A=B": "c"})):
-        ex.submit(_spec(job_id, b, "true", environment=bad))
+        ex.submit(owner_spec(job_id, b, "true", environment=bad))
         info = _wait_end(ex, job_id)
         assert info.state is RunState.FAILED and info.reason, info
-    ex.submit(_spec("after", b, "true"))
+    ex.submit(owner_spec("after", b, "true"))
     assert _wait_end(ex, "after").state is RunState.COMPLETED
