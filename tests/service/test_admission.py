@@ -29,9 +29,10 @@ def listener() -> Iterator[socket.socket]:
     sock.close()
 
 
-def client(listener: socket.socket, source: str) -> socket.socket:
+def client(listener: socket.socket, source: str, send: bool = True) -> socket.socket:
     sock = socket.create_connection(listener.getsockname(), timeout=30, source_address=(source, 0))
-    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    if send:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     return sock
 
 
@@ -74,6 +75,7 @@ def test_accept_returns_the_admitted_and_answers_the_others_503(
         guard = admission(per_peer=2)
         screened = ScreenedListener(listener, guard)
         clients = [client(listener, "127.0.0.2") for _ in range(3)]
+        silent = client(listener, "127.0.0.2", send=False)  # its request not sent yet
         other = client(listener, "127.0.0.3")
         admitted, _ = accept_all(screened)
         try:
@@ -84,12 +86,16 @@ def test_accept_returns_the_admitted_and_answers_the_others_503(
             status, body = answer(clients[2])
             assert status == 503
             assert body["error"]["code"] == "TOO_MANY_CONNECTIONS"  # type: ignore[index]
-            assert len(guard.refusals.lingering) == 1  # half-closed: its client reads first
+            # Its request read, it was closed at once; the silent one is half-closed and
+            # kept, so that the request it sends next meets no closed socket (a reset).
+            assert len(guard.refusals.lingering) == 1
+            silent.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer(silent)[0] == 503
             other.settimeout(0.2)
             with pytest.raises(TimeoutError):
                 other.recv(1)  # admitted: no answer from the accept
         finally:
-            for sock in [*admitted, *clients, other]:
+            for sock in [*admitted, *clients, silent, other]:
                 sock.close()
             guard.refusals.close_all()
 

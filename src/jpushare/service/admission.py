@@ -15,11 +15,15 @@ handful of system calls. After `REFUSALS_PER_PASS` refusals it says "nothing mor
 accept" so that the loop serves its other sockets before the next ones; the listening
 socket stays readable, so the rest come on the next pass.
 
-The read before the close matters: closing a socket with unread data resets the
-connection, and the client may lose the answer. A client that sends after the close gets
-that reset, which is why a few refused connections (`ConnectionLimits.max_lingering`, each a
-descriptor of the reserve) are half-closed and kept for `LINGER_S` instead, unread, so
-that their clients read the 503 first; beyond that budget they are closed at once.
+The read before the close matters: closing a socket with unread data, or one to which the
+client then sends its request, resets the connection, and the client loses the answer
+(nearly every refusal of a flood whose clients are slow to write, when tried). So the
+listening socket has TCP_DEFER_ACCEPT: the kernel hands a connection to accept once its
+client's first bytes are in (or after `DEFER_ACCEPT_S`, for one that sends nothing), and a
+refusal that read something closes at once, cleanly. One that read nothing is half-closed
+and kept for `LINGER_S`, unread, so that its client reads the 503 first, as long as few
+are (`ConnectionLimits.max_lingering`, each a descriptor of the reserve); beyond that they
+are closed at once.
 
 `_accept_connection` is asyncio's (private, the same from 3.8 to 3.13) method that the
 listening socket's reader calls; the override only swaps the socket it is given.
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
 REFUSALS_PER_PASS = 64  # refused in one pass of the loop before it serves anything else
 RETRY_AFTER_S = 5
 LINGER_S = 2.0  # how long a refused connection is kept to let its client read the 503
+DEFER_ACCEPT_S = 1  # TCP_DEFER_ACCEPT: a connect is accepted once data arrives, or after this
 
 
 class Admission:
@@ -91,14 +96,17 @@ class Refusals:
     def refuse(self, conn: socket.socket, why: str) -> None:
         self.refused += 1
         try:
-            conn.recv(65536, socket.MSG_DONTWAIT)  # unread data at close would reset
-            conn.send(refusal_bytes(why), socket.MSG_DONTWAIT)  # a new socket's buffer is empty
-        except OSError:  # reset already, or nothing to read: the answer is best effort
-            pass
-        if len(self.lingering) >= self.max_lingering:
-            conn.close()
+            sent_first = bool(conn.recv(65536, socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            sent_first = False  # its request is on its way: it would meet a closed socket
+        except OSError:
+            conn.close()  # reset already
             return
         try:
+            conn.send(refusal_bytes(why), socket.MSG_DONTWAIT)  # a new socket's buffer is empty
+            if sent_first or len(self.lingering) >= self.max_lingering:
+                conn.close()  # nothing unread: a clean close, the answer is read
+                return
             conn.shutdown(socket.SHUT_WR)
         except OSError:
             conn.close()
@@ -167,6 +175,15 @@ class GuardedLoop(asyncio.SelectorEventLoop):
         if not isinstance(sock, ScreenedListener):
             sock = ScreenedListener(sock, self.admission)
         super()._accept_connection(protocol_factory, sock, *args, **kwargs)  # type: ignore[misc]
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> asyncio.Server:
+        server = await super().create_server(*args, **kwargs)
+        for sock in server.sockets:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                # Handed to accept only once the client's first bytes are in, so that a
+                # refusal reads them and closes cleanly (see the module's docstring).
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT_S)
+        return server
 
     def close(self) -> None:
         self.admission.refusals.close_all()
