@@ -21,7 +21,8 @@ GET /v1/queue and POST /v1/jobs (a token, `true` on one GPU), 0.1 s apart; a req
 fails or takes over 10 s counts as failed. Printed per phase: the normal users' p50/p99
 (ms) per route and failures, the dispatcher's cycles done (and failed: from the database's
 health counters) and its mean cycle time (`jpushare_dispatch_cycle_seconds` of /metrics),
-the service's peak descriptors (about the connections it holds) and memory, and how many
+the service's CPU (its process's CPU time over the phase's wall time: 100 % is one CPU), its
+peak descriptors (about the connections it holds) and memory, and how many
 408s and 503s the hostile clients got. Nothing is asserted.
 
 Run: `.venv/bin/python bench/bench_hostile.py [--duration 20] [--slow 1000] [--idle 20000]`
@@ -263,6 +264,14 @@ class Service:
         except OSError:
             return -1
 
+    def cpu_s(self) -> float:
+        """CPU seconds the service's process has used (all its threads)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mb(self) -> float:
         try:
             text = Path(f"/proc/{self.proc.pid}/status").read_text()
@@ -375,7 +384,9 @@ def run_phase(
             finally:
                 sampler.cancel()
 
+        cpu0, wall0 = svc.cpu_s(), time.monotonic()
         users = asyncio.run(measure())
+        cpu_share = (svc.cpu_s() - cpu0) / (time.monotonic() - wall0)
         _, failed1 = svc.cycles()
         hostile_counts = collect(procs) if procs else {}
     after_sum, after_count = svc.cycle_seconds()
@@ -386,6 +397,7 @@ def run_phase(
         "cycles_ok": cycles,
         "cycles_failed": failed1 - failed0,
         "cycle_ms": (after_sum - before_sum) / cycles * 1000 if cycles > 0 else float("nan"),
+        "service_cpu": cpu_share,
         "peak_fds": peak_fds,
         "peak_rss_mb": peak_rss,
         "hostile": hostile_counts,
@@ -400,9 +412,10 @@ def print_table(rows: list[dict[str, Any]], elapsed: float) -> None:
     print()
     print(
         "| phase | GET /v1/queue p50 / p99 ms | POST /v1/jobs p50 / p99 ms | failed | "
-        "cycles ok / failed | cycle ms | peak fds | peak RSS MB | hostile answered 408 / 503 |"
+        "cycles ok / failed | cycle ms | service CPU | peak fds | peak RSS MB | "
+        "hostile answered 408 / 503 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         lat, failed = row["users"]["latencies"], row["users"]["failed"]
         q, p = lat["GET /v1/queue"], lat["POST /v1/jobs"]
@@ -412,7 +425,8 @@ def print_table(rows: list[dict[str, Any]], elapsed: float) -> None:
             f"| {row['phase']} | {pct(q, 0.5):.0f} / {pct(q, 0.99):.0f} | "
             f"{pct(p, 0.5):.0f} / {pct(p, 0.99):.0f} | {sum(failed.values())} of "
             f"{len(q) + len(p)} | {row['cycles_ok']} / {row['cycles_failed']} | "
-            f"{row['cycle_ms']:.0f} | {row['peak_fds']} | {row['peak_rss_mb']:.0f} | "
+            f"{row['cycle_ms']:.0f} | {row['service_cpu']:.0%} | {row['peak_fds']} | "
+            f"{row['peak_rss_mb']:.0f} | "
             f"{hostile_text} |"
         )
     print(f"\n{os.cpu_count()} CPUs shared by the service, the users and the hostile clients; "

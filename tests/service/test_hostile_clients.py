@@ -51,6 +51,14 @@ def connect(url: str, source: str = "127.0.0.1", timeout_s: float = 60) -> socke
     return sock
 
 
+def idle(url: str, source: str) -> socket.socket:
+    """A connection that sent half a request line (one that sends nothing at all is
+    handed to the service only after a second: TCP_DEFER_ACCEPT)."""
+    sock = connect(url, source)
+    sock.sendall(b"GET /v1/queue HTTP/1.1\r\n")
+    return sock
+
+
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, Any]] | None:
     """The response on `sock`, or None if the server closed it without one."""
     data = b""
@@ -178,7 +186,7 @@ def test_connections_over_the_per_address_cap_get_503_and_others_get_through(
         JPUSHARE_MAX_CONNECTIONS=str(most),
     ) as demo:
         url, token = demo.url, demo.tokens["JPUSHARE_TOKEN"]
-        idle = [connect(url, "127.0.0.2") for _ in range(per_peer)]
+        held = [idle(url, "127.0.0.2") for _ in range(per_peer)]
         # The next from that address is refused, however it asks.
         over = connect(url, "127.0.0.2")
         over.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -203,8 +211,8 @@ def test_connections_over_the_per_address_cap_get_503_and_others_get_through(
             assert client.post("/v1/jobs", json=JOB).status_code == 201
 
         # The process's cap: 20 + 20 + 5 held, the 46th is refused wherever it comes from.
-        idle += [connect(url, "127.0.0.3") for _ in range(per_peer)]
-        idle += [connect(url, "127.0.0.4") for _ in range(most - 2 * per_peer)]
+        held += [idle(url, "127.0.0.3") for _ in range(per_peer)]
+        held += [idle(url, "127.0.0.4") for _ in range(most - 2 * per_peer)]
         late = connect(url, "127.0.0.5")
         late.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         response = read_response(late)
@@ -212,7 +220,7 @@ def test_connections_over_the_per_address_cap_get_503_and_others_get_through(
         late.close()
 
         # Closed connections give their places back.
-        for sock in idle:
+        for sock in held:
             sock.close()
 
         def served() -> bool:

@@ -13,15 +13,17 @@ could not open its files, and asyncio logged a traceback per failed accept. So:
   finished response still gets uvicorn's keep-alive close after `KEEPALIVE_S` of silence).
   The body has its own deadline in the app's first middleware (`api.body_limit`).
 - Caps on open connections, per process and per client address (`PeerCounts`): a
-  connection over either is answered at once, before it is parsed, 503
-  TOO_MANY_CONNECTIONS with `Retry-After`, and closed (after a short lingering close, so
-  the client reads the answer rather than a reset). It never reaches the app, so it costs
-  no database slot.
+  connection over either is answered 503 TOO_MANY_CONNECTIONS with `Retry-After` and
+  closed in the listening socket's accept, before asyncio makes a transport or uvicorn a
+  protocol for it (`service.admission`: a refusal is a few system calls, so a flood of
+  reconnects does not take the event loop from normal users). It never reaches the app, so
+  it costs no database slot, and it holds no descriptor after its refusal (but the few
+  kept briefly so that their clients read the answer).
 - `limits_for`: the caps' defaults come from the descriptor limit, which `raise_fd_limit`
   first lifts to the hard limit, less `reserved_fds` kept for the dispatcher, the database
-  and the executor, and for the connections on their way out: asyncio accepts up to the
-  listen backlog in one pass of the loop (each a descriptor) before any is refused, so the
-  backlog is a quarter of the reserve, and refused connections that linger an eighth.
+  and the executor, and for refused connections that linger (an eighth of it). The listen
+  backlog is long (`BACKLOG`): what waits there holds no descriptor of the process, and a
+  short one, full under a flood, dropped normal clients' connects.
 - Accept errors (EMFILE, ENFILE, ENOBUFS, ENOMEM: asyncio's "socket.accept() out of system
   resource", once per retry, with a traceback) are logged once per `ACCEPT_LOG_INTERVAL_S`
   with a count (`AcceptErrorLog`, the event loop's exception handler).
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import logging
 import resource
 import time
@@ -57,12 +58,12 @@ from jpushare.config import (
     ConfigError,
     ConnectionSettings,
 )
+from jpushare.service.admission import Admission, GuardedLoop, error_bytes, refusal_bytes
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 5  # silence after a response before an idle connection is closed (uvicorn's)
-RETRY_AFTER_S = 5
-LINGER_S = 2.0  # how long a refused connection is kept to let its client read the 503
+BACKLOG = 2048  # the listen backlog (the kernel caps it at net.core.somaxconn)
 ACCEPT_LOG_INTERVAL_S = 60.0
 ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 MIN_CONNECTIONS = 16  # fewer than this left by the fd limit: refuse to start
@@ -80,10 +81,11 @@ class ConnectionLimits:
 
     @property
     def backlog(self) -> int:
-        """The listen backlog, which is also how many connections asyncio accepts in one
-        pass of the loop before any of them is refused: each holds a descriptor of the
-        reserve meanwhile, so a flood must not take more than a part of it."""
-        return max(16, min(2048, self.reserved_fds // 4))
+        """The listen backlog. A connection over a cap is refused in the accept itself
+        (`service.admission`) and holds no descriptor after it, and the admitted ones
+        asyncio takes in one pass are within the caps; so the queue can be long enough
+        that a normal client's connect is not dropped while a flood is being refused."""
+        return BACKLOG
 
     @property
     def max_lingering(self) -> int:
@@ -154,7 +156,7 @@ class PeerCounts:
 
     total: int = 0
     by_peer: dict[str, int] = field(default_factory=dict)
-    lingering: int = 0
+    handed: dict[str, int] = field(default_factory=dict)  # admitted, protocol not made yet
 
     def admit(self, peer: str, limits: ConnectionLimits) -> str | None:
         """Count a new connection in; or why not (and it is not counted)."""
@@ -167,6 +169,21 @@ class PeerCounts:
         self.by_peer[peer] = held + 1
         return None
 
+    def hand(self, peer: str) -> None:
+        """An admitted connection (counted in) is on its way to its protocol."""
+        self.handed[peer] = self.handed.get(peer, 0) + 1
+
+    def claim(self, peer: str) -> bool:
+        """A protocol takes over a connection `hand` passed on (True), or there is none."""
+        waiting = self.handed.get(peer, 0)
+        if waiting == 0:
+            return False
+        if waiting > 1:
+            self.handed[peer] = waiting - 1
+        else:
+            del self.handed[peer]
+        return True
+
     def release(self, peer: str) -> None:
         self.total -= 1
         left = self.by_peer.get(peer, 1) - 1
@@ -174,20 +191,6 @@ class PeerCounts:
             self.by_peer[peer] = left
         else:
             self.by_peer.pop(peer, None)
-
-
-def error_bytes(
-    status: int, reason: str, code: ErrorCode, message: str, details: dict[str, Any]
-) -> bytes:
-    """A whole HTTP/1.1 error response that closes the connection."""
-    body = json.dumps({"error": {"code": code.value, "message": message, "details": details}})
-    data = body.encode()
-    retry = f"retry-after: {RETRY_AFTER_S}\r\n" if status == 503 else ""
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(data)}\r\n{retry}connection: close\r\n\r\n"
-    )
-    return head.encode() + data
 
 
 class GuardedConfig(uvicorn.Config):
@@ -205,10 +208,10 @@ class GuardedConfig(uvicorn.Config):
         self.peers = PeerCounts()
 
     def get_loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop] | None:
-        inner = super().get_loop_factory() or asyncio.new_event_loop
-
         def new_loop() -> asyncio.AbstractEventLoop:
-            loop = inner()
+            # asyncio's own loop (not uvloop): the connections over a cap are refused in
+            # its accept (`service.admission`).
+            loop = GuardedLoop(Admission(self.limits, self.peers))
             loop.set_exception_handler(AcceptErrorLog())
             return loop
 
@@ -273,17 +276,18 @@ class GuardedH11Protocol(H11Protocol):
         self.peers = config.peers
         self.peer: str | None = None  # set while counted in `peers`
         self.refused = False
-        self.lingering = False
         self.deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         peername = transport.get_extra_info("peername")
         peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
-        refusal = self.peers.admit(peer, self.limits)
+        # Admitted and counted in the accept (`service.admission`); else counted here.
+        refusal = None if self.peers.claim(peer) else self.peers.admit(peer, self.limits)
         if refusal is not None:
-            # Refused before uvicorn knows of it: the least work per connection of a flood.
+            self.refused = True  # before uvicorn knows of it
             self.transport = transport
-            self._refuse(refusal)
+            transport.write(refusal_bytes(refusal))
+            transport.close()
             return
         self.peer = peer
         super().connection_made(transport)
@@ -294,9 +298,6 @@ class GuardedH11Protocol(H11Protocol):
         if self.peer is not None:
             self.peers.release(self.peer)
             self.peer = None
-        if self.lingering:
-            self.lingering = False
-            self.peers.lingering -= 1
         if not self.refused:
             super().connection_lost(exc)
 
@@ -346,24 +347,3 @@ class GuardedH11Protocol(H11Protocol):
                 )
             )
         self.transport.close()
-
-    def _refuse(self, why: str) -> None:
-        self.refused = True
-        self.transport.write(
-            error_bytes(
-                503,
-                "Service Unavailable",
-                ErrorCode.TOO_MANY_CONNECTIONS,
-                f"{why}; close one, or try again in {RETRY_AFTER_S} s",
-                {"retry_after_s": RETRY_AFTER_S},
-            )
-        )
-        if self.peers.lingering < self.limits.max_lingering and self.transport.can_write_eof():
-            # Half-close and drain: closing with the request unread would reset the
-            # connection, and the client could lose the answer.
-            self.lingering = True
-            self.peers.lingering += 1
-            self.transport.write_eof()
-            self.loop.call_later(LINGER_S, self.transport.close)
-        else:
-            self.transport.close()
