@@ -46,6 +46,10 @@ class ReplayError(Exception):
         self.code = code
 
 
+# How long Ctrl-C's clean-up keeps looking for submissions the interrupt cut short.
+CANCEL_SETTLE_S = 10.0
+
+
 @dataclass(frozen=True)
 class ReplayOptions:
     trace: Sequence[TraceJob]
@@ -345,23 +349,30 @@ class Replay:
 
     def cancel_all(self) -> int:
         """Cancel every job this replay submitted that is still active (Ctrl-C): those it
-        knows, and any active job of its users (a submission the interrupt cut short may
-        have reached the service without its answer reaching the replay)."""
+        knows, and any active job of its users. A submission the interrupt cut short may
+        reach the service without its answer reaching the replay, and, on a busy service,
+        only after a first listing: so list again, a poll apart, until one listing finds
+        nothing left to cancel (for at most CANCEL_SETTLE_S)."""
         ids = {r.service_id for r in self.submitted.values() if r.service_id is not None}
-        for name in self.user_names:
-            try:
-                page = self.admin.jobs(states=NOT_ENDED, user=name, limit=1000)
-            except ApiError:
-                continue
-            ids |= {int(j["id"]) for j in page["data"]}
-        n = 0
-        for job_id in sorted(ids):
-            try:
-                self.admin.cancel(job_id)
-                n += 1
-            except ApiError:
-                continue  # ended already (409), or the service is gone
-        return n
+        cancelled: set[int] = set()
+        deadline = time.monotonic() + CANCEL_SETTLE_S
+        while True:
+            for name in self.user_names:
+                try:
+                    page = self.admin.jobs(states=NOT_ENDED, user=name, limit=1000)
+                except ApiError:
+                    continue
+                ids |= {int(j["id"]) for j in page["data"]}
+            new = sorted(ids - cancelled)
+            for job_id in new:
+                cancelled.add(job_id)
+                try:
+                    self.admin.cancel(job_id)
+                except ApiError:
+                    ids.discard(job_id)  # ended already (409), or the service is gone
+            if not new or time.monotonic() >= deadline:
+                return len(ids & cancelled)
+            time.sleep(self.o.poll_s)
 
     def write(
         self, cycle_s: float, usage_start: dict[str, float], cycles: int, wall_s: float
