@@ -91,6 +91,7 @@ DEFAULT_POLICY = "reservation"  # SPEC §3
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a request body over it gets 413 (api.body_limit)
 DEFAULT_LOCAL_PIDS_MAX = 4096  # a fork bomb's box; threads count (PyTorch has many)
 DEFAULT_LOCAL_OUTPUT_MAX_BYTES = 64 << 30  # big enough for one checkpoint file
+_LIMIT_BOUND = 2**62  # the most a limit setting takes (an int64 column or rlimit holds it)
 
 
 class ConfigError(ValueError):
@@ -152,7 +153,6 @@ def load_connection_settings(e: Mapping[str, str]) -> ConnectionSettings:
 
 DEFAULT_MAX_ACTIVE_JOBS_PER_USER = 1000
 DEFAULT_MAX_JOB_BYTES_PER_USER = 64 * 1024 * 1024
-_QUOTA_BOUND = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,28 +169,13 @@ def load_user_quotas(env: Mapping[str, str] | None = None) -> UserQuotas:
     """The quota settings alone (the API reads them when it is built)."""
     e = os.environ if env is None else env
     return UserQuotas(
-        max_active_jobs=_quota(e, "JPUSHARE_MAX_ACTIVE_JOBS_PER_USER", "jobs"),
-        max_job_bytes=_quota(e, "JPUSHARE_MAX_JOB_BYTES_PER_USER", "bytes"),
+        max_active_jobs=_limit(
+            e, "JPUSHARE_MAX_ACTIVE_JOBS_PER_USER", DEFAULT_MAX_ACTIVE_JOBS_PER_USER, 1, "jobs"
+        ),
+        max_job_bytes=_limit(
+            e, "JPUSHARE_MAX_JOB_BYTES_PER_USER", DEFAULT_MAX_JOB_BYTES_PER_USER, 1, "bytes"
+        ),
     )
-
-
-def _quota(e: Mapping[str, str], name: str, unit: str) -> int | None:
-    defaults = {
-        "JPUSHARE_MAX_ACTIVE_JOBS_PER_USER": DEFAULT_MAX_ACTIVE_JOBS_PER_USER,
-        "JPUSHARE_MAX_JOB_BYTES_PER_USER": DEFAULT_MAX_JOB_BYTES_PER_USER,
-    }
-    text = e.get(name, "").strip()
-    if not text:
-        return defaults[name]
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(
-            f"{name} must be a whole number of {unit} (0: no limit), not {text!r}"
-        ) from None
-    if not 0 <= value <= _QUOTA_BOUND:
-        raise ConfigError(f"{name} must be 0 (no limit) to {_QUOTA_BOUND} {unit}, not {value}")
-    return value or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,19 +335,25 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
-def _limit(e: Mapping[str, str], name: str, default: int, least: int) -> int | None:
-    """A per-run limit of the local executor: a whole number, `0` for none."""
+def _limit(e: Mapping[str, str], name: str, default: int, least: int, unit: str = "") -> int | None:
+    """A limit that is a whole number of `unit`, `0` for none (None), at least `least` and
+    at most `_LIMIT_BOUND`: the local executor's per-run limits and the per-user quotas."""
     text = e.get(name, "").strip()
     if not text:
         return default
+    of, units = (f" of {unit}", f" {unit}") if unit else ("", "")
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number (0: no limit), not {text!r}") from None
+        raise ConfigError(
+            f"{name} must be a whole number{of} (0: no limit), not {text!r}"
+        ) from None
     if value == 0:
         return None
-    if value < least:
-        raise ConfigError(f"{name} must be 0 (no limit) or at least {least}, not {value}")
+    if not least <= value <= _LIMIT_BOUND:
+        raise ConfigError(
+            f"{name} must be 0 (no limit) or {least} to {_LIMIT_BOUND}{units}, not {value}"
+        )
     return value
 
 
