@@ -4,7 +4,6 @@ come too slowly: tests/service/test_hostile_clients.py.)"""
 
 from __future__ import annotations
 
-import json
 import select
 import socket
 from collections.abc import Iterator
@@ -16,8 +15,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare.api import create_app
 from jpushare.config import ConfigError, load_settings
+from tests import raw_http
 from tests.api.conftest import ApiWorld, Clock, build_world
 from tests.client.server import running_server
+from tests.raw_http import Response
 
 BIG = 200 * 1024 * 1024
 CHUNK = 256 * 1024
@@ -32,22 +33,10 @@ def served(sessions: sessionmaker[Session]) -> Iterator[tuple[str, dict[str, str
         yield url, tokens
 
 
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, Any]]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = sock.recv(65536)
-        assert part, f"connection closed before a response: {data!r}"
-        data += part
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", "0")):
-        part = sock.recv(65536)
-        if not part:
-            break
-        body += part
-    return status, headers, json.loads(body)
+def read_response(sock: socket.socket) -> Response:
+    response = raw_http.read_response(sock)
+    assert response is not None, "the connection closed before a response"
+    return response
 
 
 def stream(

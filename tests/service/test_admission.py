@@ -9,7 +9,6 @@ yields to the loop after `REFUSALS_PER_PASS` of them.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import Iterator
 
@@ -17,6 +16,7 @@ import pytest
 
 from jpushare.service.admission import REFUSALS_PER_PASS, Admission, Refusals, ScreenedListener
 from jpushare.service.http_server import ConnectionLimits, PeerCounts
+from tests.raw_http import read_response
 
 
 @pytest.fixture
@@ -37,14 +37,9 @@ def client(listener: socket.socket, source: str, send: bool = True) -> socket.so
 
 
 def answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
-    data = b""
-    while True:
-        part = sock.recv(65536)
-        if not part:
-            break
-        data += part
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)
+    response = read_response(sock)
+    assert response is not None, "closed without an answer"
+    return response[0], response[2]
 
 
 def admission(per_peer: int, most: int = 100) -> Admission:

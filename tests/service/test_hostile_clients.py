@@ -18,7 +18,6 @@ finish before them to show it did not wait for the stalled clients.
 
 from __future__ import annotations
 
-import json
 import resource
 import select
 import socket
@@ -34,6 +33,7 @@ import pytest
 from jpushare import store
 from jpushare.store.health import load_health
 from tests.dispatcher.conftest import wait_for
+from tests.raw_http import read_response
 from tests.service.demo_service import DemoService, demo_service, demo_service_with
 
 SLOW_S = 20  # the header and body deadlines of the service under attack
@@ -57,28 +57,6 @@ def idle(url: str, source: str) -> socket.socket:
     sock = connect(url, source)
     sock.sendall(b"GET /v1/queue HTTP/1.1\r\n")
     return sock
-
-
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, Any]] | None:
-    """The response on `sock`, or None if the server closed it without one."""
-    data = b""
-    try:
-        while b"\r\n\r\n" not in data:
-            part = sock.recv(65536)
-            if not part:
-                return None
-            data += part
-    except ConnectionResetError:
-        return None
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", "0")):
-        part = sock.recv(65536)
-        if not part:
-            break
-        body += part
-    return int(lines[0].split()[1]), headers, json.loads(body) if body else {}
 
 
 def is_closed(sock: socket.socket) -> bool:
