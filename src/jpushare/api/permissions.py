@@ -8,16 +8,23 @@ reading its log follow the rule above.
 from __future__ import annotations
 
 from jpushare.api.errors import ApiError, ErrorCode
+from jpushare.store.jobs import Shown
 from jpushare.store.records import JobRecord, UserRecord
 from jpushare.store.schema import Role
 
 
-def may_manage(user: UserRecord, job: JobRecord) -> bool:
+def managed_by(user: UserRecord) -> Shown:
+    """The jobs `user` may manage, as the store selects them: an admin's every job, a
+    pi's lab's, a student's own. Lists read the private columns of exactly these jobs."""
     if user.role == Role.ADMIN.value:
-        return True
+        return Shown(every_job=True)
     if user.role == Role.PI.value:
-        return job.lab_id == user.lab_id
-    return job.user_id == user.id
+        return Shown(lab_id=user.lab_id)
+    return Shown(user_id=user.id)
+
+
+def may_manage(user: UserRecord, job: JobRecord) -> bool:
+    return managed_by(user).covers(job)
 
 
 def require_manage(user: UserRecord, job: JobRecord, action: str) -> None:

@@ -6,7 +6,7 @@ in the answer's `hidden` list. One list, one function, applied by every route th
 job (`GET /v1/jobs`, `GET /v1/jobs/{id}`, the queue, "why"): a new private field joins the
 list and is hidden everywhere it appears (it must be nullable in its models; a test checks
 that every job field is classified). The job's output (`/log`) is refused outright to
-others (`require_manage`). Lists and the queue read lean (`shown_to`): the store loads a
+others (`require_manage`). Lists and the queue read lean (`managed_by`): the store loads a
 private column only for the jobs whose viewer may see it, and never the environment.
 """
 
@@ -17,12 +17,11 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from jpushare.api.permissions import may_manage
-from jpushare.store.jobs import PRIVATE_JOB_COLUMNS, Shown
+from jpushare.store.jobs import PRIVATE_JOB_COLUMNS
 from jpushare.store.records import JobRecord, UserRecord
-from jpushare.store.schema import Role
 
 # A job's fields that only its owner, its lab's PIs and admins see: the store's list, so
-# that lean reads (`shown_to`) leave out exactly what this hides.
+# that lean reads (`managed_by`) leave out exactly what this hides.
 PRIVATE_JOB_FIELDS: tuple[str, ...] = PRIVATE_JOB_COLUMNS
 
 View = TypeVar("View", bound=BaseModel)
@@ -41,14 +40,3 @@ def for_viewer(public: View, job: JobRecord, viewer: UserRecord) -> View:
     if "hidden" in fields:
         update["hidden"] = hidden
     return public.model_copy(update=update)
-
-
-def shown_to(viewer: UserRecord) -> Shown:
-    """Whose private columns a list read loads for `viewer`: the jobs `may_manage` lets
-    them see (an admin's every job, a pi's lab's, a student's own), so a list of other
-    people's jobs never carries their commands through the server's memory."""
-    if viewer.role == Role.ADMIN.value:
-        return Shown(every_job=True)
-    if viewer.role == Role.PI.value:
-        return Shown(lab_id=viewer.lab_id)
-    return Shown(user_id=viewer.id)

@@ -151,6 +151,14 @@ class Shown:
     user_id: int | None = None
     lab_id: int | None = None
 
+    def covers(self, job: JobRecord) -> bool:
+        """Whether `job`'s private columns are shown: `condition` in Python, for one job."""
+        return (
+            self.every_job
+            or job.user_id == self.user_id
+            or (self.lab_id is not None and job.lab_id == self.lab_id)
+        )
+
     def condition(self) -> ColumnElement[bool] | bool:
         """The rows whose private columns are loaded: True every row, False none."""
         if self.every_job:

@@ -13,8 +13,8 @@ from jpushare import store
 from jpushare.api.deps import ApiContext, ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.job_attempts import job_attempts
-from jpushare.api.permissions import require_manage
-from jpushare.api.privacy import for_viewer, shown_to
+from jpushare.api.permissions import managed_by, require_manage
+from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     INT64_MAX,
     MAX_LIST_LIMIT,
@@ -155,7 +155,7 @@ def list_jobs(
             since=parse_when(since, now, "since") if since is not None else None,
             until=parse_when(until, now, "until") if until is not None else None,
         ),
-        shown=shown_to(user),  # only the private columns this viewer is shown
+        shown=managed_by(user),  # only the private columns this viewer is shown
     )
     tiers = tier_names_by_sort_order(session)
     return JobsPublic(
