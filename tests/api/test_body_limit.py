@@ -4,7 +4,6 @@ come too slowly: tests/service/test_hostile_clients.py.)"""
 
 from __future__ import annotations
 
-import select
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -56,8 +55,7 @@ def stream(
     piece = b"[" + b"1," * (CHUNK // 2 - 1) + b"1"
     try:
         while send_body and sent < BIG:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if readable:
+            if raw_http.readable_now(sock):
                 break
             data = piece if not chunked else f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
             try:

@@ -19,7 +19,6 @@ finish before them to show it did not wait for the stalled clients.
 from __future__ import annotations
 
 import resource
-import select
 import socket
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ import pytest
 from jpushare import store
 from jpushare.store.health import load_health
 from tests.dispatcher.conftest import wait_for
-from tests.raw_http import read_response
+from tests.raw_http import read_response, readable_now
 from tests.service.demo_service import DemoService, demo_service, demo_service_with
 
 SLOW_S = 20  # the header and body deadlines of the service under attack
@@ -258,8 +257,7 @@ def test_the_dispatcher_keeps_cycling_while_clients_exhaust_the_connections(
             # The connections over the budget were answered and closed, not left waiting.
             refused = 0
             for sock in socks:
-                readable, _, _ = select.select([sock], [], [], 0)
-                refused += bool(readable)
+                refused += readable_now(sock)
             assert refused > 0
         finally:
             for sock in socks:
