@@ -13,7 +13,7 @@ States (100 nodes x 8 GPUs, 3 tiers, 20 labs, job sizes as in the Philly trace):
   reservation (measured once per repetition on a freshly reset database state);
 - then the next cycle, which sees every run it started running (and dispatches more), and
   the one after, which sees all of those runs completed: the executor's reports of many
-  starts and ends in one cycle (batched, `store.run_reports`).
+  starts and ends in one cycle (batched, `store.batched_runs`).
 
 Every writing transaction goes through a dispatcher lease (`DispatcherLease`) as `serve`
 runs it, unless `--no-lease`; `--profile FILE` writes cProfile statistics of the measured

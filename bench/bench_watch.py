@@ -31,7 +31,7 @@ from jpushare import store
 from jpushare.policy import Tier
 from jpushare.policy.watch import watch_figures
 from jpushare.store.schema import Job, JobEvent
-from jpushare.store.watch import lab_reservation_totals, load_watch_records, size_totals
+from jpushare.store.watch_records import lab_reservation_totals, load_watch_records, size_totals
 
 T_END = datetime(2026, 3, 1, tzinfo=UTC)
 DAYS = 60

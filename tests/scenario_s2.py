@@ -56,8 +56,8 @@ def reserve_then_fill(rig: CycleRig, free_the_busy_gpu: Callable[[], None], comm
     assert run is not None and run.started_at is not None and run.ended_at is not None
     seconds = run.ended_at - run.started_at
     assert job.run_cost == pytest.approx(2 * seconds * TFLOPS["rtx4090"], abs=1e-3)
-    assert job.reservation_gpu_seconds > 0
+    assert job.reservation_cost_tflop_s > 0
     lab = rig.users["bob"].lab_name
-    assert rig.usage(lab) == pytest.approx(job.run_cost + job.reservation_gpu_seconds)
+    assert rig.usage(lab) == pytest.approx(job.run_cost + job.reservation_cost_tflop_s)
     assert rig.kinds(big).count("charged") == 1
     return big

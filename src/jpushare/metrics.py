@@ -89,7 +89,7 @@ from prometheus_client.registry import Collector
 
 from jpushare.store.health import DispatcherHealth
 from jpushare.store.leadership import LeaseRecord
-from jpushare.store.watch import LabReservationTotals, SizeTotals
+from jpushare.store.watch_records import LabReservationTotals, SizeTotals
 from jpushare.vocabulary import JobState, ReleaseReason
 
 log = logging.getLogger(__name__)

@@ -476,8 +476,8 @@ class Campaign:
         for lab, usage in labs.items():
             assert math.isclose(usage, charged[lab], rel_tol=1e-9, abs_tol=1e-9), (lab, usage)
         wide = jobs[self.wide]
-        assert wide.reservation_gpu_seconds > 0  # its reservations were charged
-        assert wide.charged_tflop_s == wide.reservation_gpu_seconds and wide.run_cost == 0
+        assert wide.reservation_cost_tflop_s > 0  # its reservations were charged
+        assert wide.charged_tflop_s == wide.reservation_cost_tflop_s and wide.run_cost == 0
 
         # The OOM escalation happened, on the weak tier, and was charged.
         ooms = [r for r in runs if r.state in ("OOM", "FAILED") and r.node == self.site.weak[0]]

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-import jpushare.dispatcher.record_runs as record_runs_module
+import jpushare.dispatcher.run_transitions as run_transitions_module
 from jpushare import store
 from jpushare.executors.cuda_oom import CUDA_OOM_REASON
-from jpushare.store import run_reports
-from jpushare.store.run_reports import RunEnd
+from jpushare.store import batched_runs
+from jpushare.store.batched_runs import RunEnd
 from jpushare.store.transitions import clean_text
 from tests.cycle_rig import MemoryRig, wait_for
 
@@ -74,7 +74,7 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
             session.execute(text("SELECT * FROM no_such_table"))
         return real_end_job(session, job_id, *args, **kwargs)
 
-    real_end_jobs = run_reports.end_jobs
+    real_end_jobs = batched_runs.end_jobs
 
     def end_jobs(session: Session, ends: Sequence[RunEnd]) -> set[int]:
         # The batch fails too (after writing): it must leave nothing, and the cycle fall
@@ -85,7 +85,7 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
         return real_end_jobs(session, ends)
 
     monkeypatch.setattr(store, "end_job", end_job)
-    monkeypatch.setattr(record_runs_module, "end_jobs", end_jobs)
+    monkeypatch.setattr(run_transitions_module, "end_jobs", end_jobs)
     report = rig.cycle()
     assert report.observed is not None
     assert rig.job(good).state == "COMPLETED"
@@ -93,6 +93,6 @@ def test_a_failing_transition_is_skipped_and_the_others_and_dispatch_go_on(
     assert rig.job(bad).reason != "half"
     assert waiting in report.dispatched.started
     monkeypatch.setattr(store, "end_job", real_end_job)
-    monkeypatch.setattr(record_runs_module, "end_jobs", real_end_jobs)
+    monkeypatch.setattr(run_transitions_module, "end_jobs", real_end_jobs)
     rig.cycle_until(rig.state_is(bad, "COMPLETED"), "the skipped end is recorded next cycle")
     waiting_hold.release()

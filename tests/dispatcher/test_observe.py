@@ -7,7 +7,7 @@ from typing import cast
 
 from sqlalchemy.orm import sessionmaker
 
-from jpushare.dispatcher.deps import CycleDeps
+from jpushare.dispatcher.cycle_deps import CycleDeps
 from jpushare.dispatcher.observe import read_executor
 from jpushare.dispatcher.reconcile import ActiveJob, busy_by_placement, stale_runs
 from jpushare.executors.base import Executor, GpuGroup, NodeState, RunInfo, RunState
@@ -87,5 +87,5 @@ def test_runs_that_start_between_the_two_reads_keep_their_gpus_busy() -> None:
     view = read_executor(deps)
     active = [ActiveJob(j, 1, JobState.DISPATCHED, "node-a", "rtx4090", 1, f"{j}.1") for j in "12"]
     by_run = {(r.job_id, r.attempt): r for r in view.runs}
-    busy = busy_by_placement(view.inventory, active, by_run, {})
+    busy = busy_by_placement(view.inventory, active, by_run)
     assert busy[("node-a", "rtx4090")] >= 2  # both GPUs held: none for the next job

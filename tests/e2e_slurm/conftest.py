@@ -166,7 +166,9 @@ def make_rig(
                 "bob": store.create_user(s, "bob", "KDG", "student", now, unix_user=me),
                 "carol": store.create_user(s, "carol", "NLP", "student", now, unix_user=me),
             }
-        executor = SlurmExecutor(shared / "logs", name_prefix=prefix)
+        executor = SlurmExecutor(
+            shared / "logs", name_prefix=prefix, gpu_type_to_tier=gpu_type_to_tier
+        )
         rig = SlurmRig(
             sessions=sessions,
             users=users,

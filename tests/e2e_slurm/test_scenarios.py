@@ -82,7 +82,7 @@ def test_s4_a_reserving_job_swaps_to_a_placement_that_frees_two_gpus_at_once(
         rig.cycle_until(rig.state_is(job_id, "COMPLETED"), f"job {job_id} completes")
     assert rig.run_names() == sorted(rig.run_name(j) for j in (one, two, big, small))
     job = rig.job(big)
-    assert rig.usage("KDG") == pytest.approx(job.run_cost + job.reservation_gpu_seconds)
+    assert rig.usage("KDG") == pytest.approx(job.run_cost + job.reservation_cost_tflop_s)
 
 
 def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation(
@@ -93,7 +93,7 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
     rig.start_held("alice", 1, "blocker")  # a JPU-Share job this time
     big = rig.submit("bob", 2, "sleep 1")
     rig.cycle_until(lambda: rig.job(big).reserved_gpus == 1, "the 2-GPU job reserves")
-    rig.cycle_until(lambda: rig.job(big).reservation_gpu_seconds > 0, "the reservation accrues")
+    rig.cycle_until(lambda: rig.job(big).reservation_cost_tflop_s > 0, "the reservation accrues")
 
     with rig.sessions.begin() as s:  # what the API's cancel does
         cancelled = store.cancel_job(s, big, store.utc_now())
@@ -108,9 +108,9 @@ def test_s11_cancel_during_a_reservation_releases_it_and_charges_the_reservation
         events[EventKind.RELEASED].at - events[EventKind.RESERVATION_STARTED].at
     ).total_seconds()
     expected = 1 * held_s * TFLOPS["rtx4090"]  # event times: within a millisecond
-    assert job.reservation_gpu_seconds == pytest.approx(expected, abs=1e-3 * TFLOPS["rtx4090"])
-    assert rig.usage("KDG") == pytest.approx(job.reservation_gpu_seconds)
-    assert cancelled.charged_tflop_s == pytest.approx(job.reservation_gpu_seconds)
+    assert job.reservation_cost_tflop_s == pytest.approx(expected, abs=1e-3 * TFLOPS["rtx4090"])
+    assert rig.usage("KDG") == pytest.approx(job.reservation_cost_tflop_s)
+    assert cancelled.charged_tflop_s == pytest.approx(job.reservation_cost_tflop_s)
 
     # The reserved GPU is free again.
     small = rig.submit("carol", 1, "sleep 1")
@@ -150,7 +150,7 @@ def test_s12_a_node_set_down_in_slurm_releases_the_reservation_and_the_job_stays
     job = rig.job(big)
     assert (job.node_name, job.attempts) == ("node-a", 1)
     assert rig.run_names() == [rig.run_name(big)]
-    assert rig.usage("KDG") == pytest.approx(job.run_cost + job.reservation_gpu_seconds)
+    assert rig.usage("KDG") == pytest.approx(job.run_cost + job.reservation_cost_tflop_s)
 
 
 def test_s10_a_cuda_oom_on_the_weaker_tier_is_retried_on_a_stronger_one(

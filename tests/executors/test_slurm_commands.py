@@ -314,3 +314,17 @@ def test_a_missing_directory_is_refused_before_sbatch(tmp_path: Path) -> None:
     with pytest.raises(SubmitRefused, match="No such file or directory"):
         ex.submit(spec(workdir=str(tmp_path / "nope"), environment={}))
     assert slurm.argv("sbatch") == []
+
+
+def test_inventory_names_gpus_by_tier_through_the_executors_own_mapping(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm({"sinfo": ok(fixture("sinfo-busy.txt"))})
+
+    groups = make(tmp_path, slurm, gpu_type_to_tier={"rtx5090": "blackwell"}).inventory()
+
+    assert [(g.node, g.gpu_type) for g in groups] == [
+        ("node-a", "rtx4090"),
+        ("node-b", "blackwell"),
+        ("node-c", "rtx4090"),
+        ("node-c", "blackwell"),
+        ("node-d", "rtx3080ti"),
+    ]

@@ -15,7 +15,7 @@ from jpushare.config import ConfigError, load_settings, parse_gpu_types
 from jpushare.executors.base import RunInfo
 from jpushare.executors.slurm import CommandResult, SlurmExecutor
 from jpushare.formats.cluster_file import load_cluster
-from jpushare.service.serve import build_executor, check_foreign_runs, gpu_type_to_tier
+from jpushare.service.serve import build_executor, check_foreign_runs
 from jpushare.store.cluster_setup import load_cluster_spec
 from jpushare.store.schema import Job
 from tests.executors.test_slurm_commands import ScriptedSlurm, ok
@@ -99,9 +99,7 @@ def test_serve_builds_the_slurm_executor_and_the_same_mapping_for_the_dispatcher
     assert executor.name_prefix == "jpx"
     assert executor.sbatch_args == ("--account=lab",)
     assert executor.gres_type("rtx4090") == "geforce_rtx_4090"
-    assert gpu_type_to_tier(s) == {"geforce_rtx_4090": "rtx4090"}
-    local = load_settings({"JPUSHARE_SLURM_GPU_TYPES": "geforce_rtx_4090=rtx4090"})
-    assert gpu_type_to_tier(local) == {}  # the local executor names GPUs by tier
+    assert executor.tier_of("geforce_rtx_4090") == "rtx4090"
 
 
 def squeue_row(slurm_id: int, name: str) -> str:

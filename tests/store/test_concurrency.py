@@ -67,7 +67,7 @@ def test_two_reports_of_the_same_end_charge_the_lab_once(world: World) -> None:
         store.record_decisions(s, decide(store.load_snapshot(s, at(5), FREE)), at(5))
         store.mark_running(s, job, at(5), "e")
 
-    def end(s: Session) -> store.Ended | None:
+    def end(s: Session) -> store.AttemptEnded | None:
         return store.end_job(s, job, store.JobState.COMPLETED, at(15), exit_code=0, attempt=1)
 
     results = race(world, end, end, end)
@@ -107,7 +107,7 @@ def test_many_concurrent_charges_to_one_lab_all_arrive(world: World) -> None:
         for job_id in jobs:
             store.mark_running(s, job_id, at(5))
 
-    def ender(job_id: int) -> Callable[[Session], store.Ended | None]:
+    def ender(job_id: int) -> Callable[[Session], store.AttemptEnded | None]:
         return lambda s: store.end_job(s, job_id, store.JobState.COMPLETED, at(105))
 
     race(world, *[ender(j) for j in jobs])

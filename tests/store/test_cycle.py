@@ -21,8 +21,8 @@ from jpushare.policy import (
     StartReservation,
     decide,
 )
-from jpushare.store.cycle import QueueMemo
 from jpushare.store.schema import Lab
+from jpushare.store.snapshot_and_decisions import QueueMemo
 from tests.store.conftest import ALL_BUSY, TIERS, World, at, dump, run_cycle, submit
 
 # node-b 4090: 1 idle; node-c 4090: 2 idle; everything else busy.
@@ -154,7 +154,7 @@ def test_accrual_absorb_and_fill_are_recorded_without_touching_the_lab(world: Wo
         history = store.job_history(s, big)
         assert store.get_lab(s, "beta").cumulative_usage == 0.0  # lazy: SPEC §4
     assert job.state == "DISPATCHED" and job.reserved_gpus == 0
-    assert job.reservation_gpu_seconds == pytest.approx(2 * 10 * 82.6)
+    assert job.reservation_cost_tflop_s == pytest.approx(2 * 10 * 82.6)
     assert [e.kind for e in history] == [
         "submitted",
         "reservation_started",
@@ -179,7 +179,7 @@ def test_a_swap_releases_the_reservation_and_dispatches_elsewhere(world: World) 
     with world.sessions.begin() as s:
         job = store.get_job(s, big)
     assert (job.state, job.tier_name, job.reserved_gpus) == ("DISPATCHED", "rtx5090", 0)
-    assert job.reservation_gpu_seconds == pytest.approx(2 * 5 * 82.6)
+    assert job.reservation_cost_tflop_s == pytest.approx(2 * 5 * 82.6)
 
 
 def test_s12_a_drained_node_releases_the_reservation_r5_and_it_moves(world: World) -> None:
@@ -201,7 +201,7 @@ def test_s12_a_drained_node_releases_the_reservation_r5_and_it_moves(world: Worl
         1,
         at(15),
     )
-    assert job.reservation_gpu_seconds == pytest.approx(2 * 5 * 82.6)
+    assert job.reservation_cost_tflop_s == pytest.approx(2 * 5 * 82.6)
     assert kinds[-2:] == [("released", "r5"), ("reservation_started", None)]
 
 

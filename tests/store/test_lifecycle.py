@@ -166,7 +166,7 @@ def test_s11_cancel_during_a_reservation_charges_the_accrued_cost(world: World) 
         None,
         at(18),
     )
-    assert job.reservation_gpu_seconds == pytest.approx(expected)
+    assert job.reservation_cost_tflop_s == pytest.approx(expected)
     assert _usage(world, "beta") == pytest.approx(expected)
     with world.sessions.begin() as s:
         history = store.job_history(s, big)

@@ -7,7 +7,7 @@ import pytest
 from jpushare import store
 from jpushare.policy.model import ReleaseReason
 from jpushare.store.schema import JobState
-from jpushare.store.watch import load_ended_jobs, load_reservation_spans, size_totals
+from jpushare.store.watch_records import load_ended_jobs, load_reservation_spans, size_totals
 from tests.store.conftest import ALL_BUSY, T0, World, at, run_cycle, submit
 
 

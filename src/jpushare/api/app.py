@@ -57,7 +57,7 @@ from jpushare.api.body_limit import BodyLimit
 from jpushare.api.deps import ApiContext, BusySource, db_slots_for, get_context
 from jpushare.api.errors import install_error_handlers
 from jpushare.api.estimates import StartEstimateCache
-from jpushare.api.figures import metric_figures
+from jpushare.api.metric_figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic

@@ -40,9 +40,9 @@ from jpushare.metrics import ServiceMetrics
 from jpushare.policy import PlacementOrder, Snapshot, decide
 from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.estimate import StartEstimates
-from jpushare.store.cycle import QueueMemo
 from jpushare.store.records import UserRecord
 from jpushare.store.schema import Role
+from jpushare.store.snapshot_and_decisions import QueueMemo
 
 PlacementKey = tuple[str, str]  # (node, tier name)
 BusySource = Callable[[Session], Mapping[PlacementKey, int]]

@@ -732,7 +732,6 @@ def job_public(
         node=job.node_name,
         tier=job.tier_name,
         run_cost_tflop_s=job.run_cost,
-        reservation_cost_tflop_s=job.reservation_gpu_seconds,
         reservation=reservation,
     )
 

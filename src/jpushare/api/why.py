@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jpushare.api.estimates import JobEstimate, job_estimate
-from jpushare.api.figures import placement_counts
+from jpushare.api.metric_figures import placement_counts
 from jpushare.api.schemas import (
     BlockingPublic,
     DispatchPublic,

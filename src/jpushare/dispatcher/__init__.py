@@ -3,8 +3,8 @@
 - `cycle`: one cycle, the numbered steps and their transactions (`run_cycle`), with what
   it works with in `deps` (`CycleDeps`: the executor, the policy, the fence, ...);
 - `observe`: step 1, read the executor and record what it says (the runs' transitions
-  through `record_runs`); `reconcile`: its pure half (busy GPUs, transitions, stale runs);
-- `launch`: steps 5-6, submit what was recorded, then confirm or undo;
+  through `run_transitions`); `reconcile`: its pure half (busy GPUs, transitions, stale runs);
+- `launch`: steps 5-6, submit what was recorded, then confirm or fail;
 - `job_ids`: the one place a job id becomes the store's row id and back;
 - `lock`: exactly one dispatcher per database (a lease renewed each cycle, and its fence);
 - `loop`: `Dispatcher.run_forever(stop)`, a cycle every `cycle_s` while holding the lease;

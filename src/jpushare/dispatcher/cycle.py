@@ -7,7 +7,7 @@
 2. Load the snapshot, 3. decide (the policy, a pure function: `CycleDeps.policy`),
 4. record the decisions: ONE transaction. Its commit is the point of no return
    ("assume"): only what it applied is started, never what the policy proposed.
-5. Act, 6. confirm or undo (`dispatcher.launch`): submit each recorded dispatch, then
+5. Act, 6. confirm or fail (`dispatcher.launch`): submit each recorded dispatch, then
    record the accepted runs' ids in ONE transaction; a refusal fails its job, any other
    error leaves it DISPATCHED for the next cycle's observe.
 
@@ -32,7 +32,7 @@ from datetime import datetime
 
 from jpushare import store
 from jpushare.dispatcher.crash_points import crash_point
-from jpushare.dispatcher.deps import CycleDeps, InventoryMemo
+from jpushare.dispatcher.cycle_deps import CycleDeps, InventoryMemo
 from jpushare.dispatcher.launch import Outcome, launch
 from jpushare.dispatcher.observe import (
     Busy,
@@ -69,7 +69,7 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
     decisions, recorded = decide_and_record(deps, observed.busy)
     t2 = time.perf_counter()
 
-    # 5-6. Act, then confirm or undo.
+    # 5-6. Act, then confirm (or fail what the executor refused).
     dispatched = launch(deps, recorded.dispatched)
     t3 = time.perf_counter()
 

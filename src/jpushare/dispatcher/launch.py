@@ -1,4 +1,4 @@
-"""Steps 5 and 6 of a dispatcher cycle: launch what the store recorded, then confirm or undo.
+"""Steps 5 and 6 of a dispatcher cycle: launch what the store recorded, then confirm or fail them.
 
 5. Per recorded dispatch: tell the LLM router to yield (fire-and-forget), then
    `executor.submit` (idempotent by (job id, attempt)).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from jpushare import store
 from jpushare.dispatcher.crash_points import crash_point
-from jpushare.dispatcher.deps import CycleDeps
+from jpushare.dispatcher.cycle_deps import CycleDeps
 from jpushare.dispatcher.job_ids import job_id
 from jpushare.executors.base import LaunchSpec, SubmitRefused
 from jpushare.store.observations import job_states
@@ -145,7 +145,7 @@ def _launch_of(deps: CycleDeps, row: DispatchedJob) -> _Launch:
             name=row.name,
             command=row.command,
             node=row.node,
-            gpu_type=deps.gpu_type_of(row.tier),
+            gpu_type=row.tier,
             num_gpus=row.num_gpus,
             partition=row.partition,
             user=row.user_name,

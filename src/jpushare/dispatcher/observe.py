@@ -5,7 +5,7 @@
    (`resolve_lost_runs`).
 2. `record_observation`, ONE transaction: sync the inventory and node states (when they
    changed, `InventoryMemo`), record every run transition with its charge
-   (`record_runs`: RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
+   (`run_transitions`: RUNNING from the executor's start time; COMPLETED / FAILED / CANCELLED /
    TIMEOUT end the job and charge its lab; OOM requeues with escalation; NODE_FAIL
    requeues), settle the runs of cancelled jobs that have now really ended, confirm runs
    whose id was never recorded, and store the busy GPUs per placement for the API.
@@ -28,16 +28,15 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from jpushare import store
-from jpushare.dispatcher.deps import CycleDeps, InventoryMemo
+from jpushare.dispatcher.cycle_deps import CycleDeps, InventoryMemo
 from jpushare.dispatcher.job_ids import job_id, row_id
 from jpushare.dispatcher.reconcile import (
     ActiveJob,
     busy_by_placement,
     stale_runs,
-    tier_of,
     transitions,
 )
-from jpushare.dispatcher.record_runs import RunChange, record_transitions, settle_cancelled_runs
+from jpushare.dispatcher.run_transitions import RunChange, record_transitions, settle_cancelled_runs
 from jpushare.executors.base import GpuGroup, ResolvesLostRuns, RunInfo
 from jpushare.store.observations import (
     active_jobs,
@@ -126,20 +125,17 @@ def record_observation(deps: CycleDeps, seen: ExecutorView, now: datetime) -> Ob
     """Apply the executor's view to the store in one transaction (module docstring, 2)."""
     runs = seen.runs
     by_key = {(r.job_id, r.attempt): r for r in runs}
-    mapped = [
-        GpuGroup(g.node, tier_of(g.gpu_type, deps.gpu_type_to_tier), g.total, g.used, g.state)
-        for g in seen.inventory
-    ]
+    inventory = seen.inventory  # tier names: the executor maps its own GPU types
     with deps.begin() as session:
-        facts, mono = InventoryMemo.facts(mapped), time.monotonic()
+        facts, mono = InventoryMemo.facts(inventory), time.monotonic()
         sync = deps.inventory_memo.needs_sync(facts, mono)
         if sync:
-            store.sync_inventory(session, mapped, now, mark_missing_down=True)
+            store.sync_inventory(session, inventory, now, mark_missing_down=True)
         found = transitions(_active_jobs(session), by_key, store.to_epoch(now))
         changes = record_transitions(session, found, now)
         settle_cancelled_runs(session, runs)
         # Busy GPUs as the policy must see them, from the jobs still active now.
-        busy = busy_by_placement(mapped, _active_jobs(session), by_key, {})
+        busy = busy_by_placement(inventory, _active_jobs(session), by_key)
         save_observed_busy(session, busy, now)
         stale = stale_runs(runs, _run_owners(session, runs))
         resubmit = dispatched_launches(session, _row_ids(changes.missing))

@@ -47,7 +47,7 @@ class Confirmed:
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
+class RunEnded:
     job_id: JobId
     attempt: int
     state: RunState  # COMPLETED, FAILED, CANCELLED, OOM, NODE_FAIL, TIMEOUT
@@ -65,19 +65,13 @@ class Missing:
     attempt: int
 
 
-Transition = Started | Confirmed | Ended | Missing
-
-
-def tier_of(gpu_type: str, gpu_type_to_tier: Mapping[str, str]) -> str:
-    """The tier a GRES type / GPU model belongs to: the mapping, else the same name."""
-    return gpu_type_to_tier.get(gpu_type, gpu_type)
+Transition = Started | Confirmed | RunEnded | Missing
 
 
 def busy_by_placement(
     inventory: Iterable[GpuGroup],
     active: Iterable[ActiveJob],
     runs: Mapping[tuple[str, int], RunInfo],
-    gpu_type_to_tier: Mapping[str, str],
 ) -> dict[tuple[str, str], int]:
     """GPUs research jobs hold per (node, tier), as the policy must see them.
 
@@ -88,7 +82,7 @@ def busy_by_placement(
     """
     busy: dict[tuple[str, str], int] = {}
     for g in inventory:
-        key = (g.node, tier_of(g.gpu_type, gpu_type_to_tier))
+        key = (g.node, g.gpu_type)  # the executor names GPUs by tier
         busy[key] = busy.get(key, 0) + g.used
     for job in active:
         run = runs.get((job.job_id, job.attempt))
@@ -110,7 +104,7 @@ def transitions(
                 out.append(Missing(job.job_id, job.attempt))
             else:  # RUNNING but the executor forgot it: treat as lost with its node
                 out.append(
-                    Ended(
+                    RunEnded(
                         job.job_id,
                         job.attempt,
                         RunState.NODE_FAIL,
@@ -125,7 +119,7 @@ def transitions(
             out.append(Confirmed(job.job_id, job.attempt, run.executor_id))
         if run.state.ended:
             out.append(
-                Ended(
+                RunEnded(
                     job.job_id,
                     job.attempt,
                     run.state,

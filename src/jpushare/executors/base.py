@@ -26,7 +26,7 @@ class GpuGroup:
     """
 
     node: str
-    gpu_type: str  # GRES type / model name; mapped to a tier by name
+    gpu_type: str  # the tier name (a Slurm executor maps its GRES types itself)
     total: int
     used: int
     state: NodeState

@@ -129,6 +129,7 @@ from jpushare.executors.cgroups import (
 from jpushare.executors.cuda_oom import CUDA_OOM_REASON, OOM_SCAN_BYTES, find_cuda_oom
 from jpushare.executors.gpus import DeclaredGpus, LocalGpu, discover_gpus
 from jpushare.executors.output_files import (
+    LOG_TAIL_BYTES,
     OutputUnreadable,
     file_size,
     output_paths,
@@ -156,7 +157,6 @@ _RUNNER = Path(__file__).with_name("local_run.py")
 _RUNNER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"  # a job submitted without PATH (--export=NONE)
 
-LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB
 _KEY = re.compile(r"^[A-Za-z0-9%._~-]*\.\d+$")
 _RECORD_VERSION = 1
 

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 from jpushare.unix_accounts import UnixAccount
 
 DEFAULT_OUTPUT = "jpushare-%j.out"  # Slurm's slurm-%j.out habit
+LOG_TAIL_BYTES = 8 << 20  # a log read returns at most the last 8 MiB (executors and the API)
 
 
 def expand_pattern(pattern: str, job_id: str, attempt: int) -> str:

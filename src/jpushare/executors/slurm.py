@@ -29,9 +29,10 @@ How a run maps onto Slurm:
   must be visible from the compute nodes and from the service (a shared file system);
 - every job gets JPUSHARE_JOB_ID, JPUSHARE_ATTEMPT, JPUSHARE_JOB_NAME, JPUSHARE_NODE, as
   with the local executor;
-- GRES types <-> tiers: `gpu_type_to_tier` (GRES type -> tier name, the dispatcher's
-  mapping); a type that is not in it is its own tier name. `inventory` reports GRES types
-  as Slurm names them; `submit` accepts a tier name or a GRES type in `spec.gpu_type`;
+- GRES types <-> tiers: `gpu_type_to_tier` (GRES type -> tier name), owned here alone; a
+  type that is not in it is its own tier name. `inventory` reports tier names (the
+  dispatcher never sees a GRES type); `submit` accepts a tier name or a GRES type in
+  `spec.gpu_type`;
 - a run squeue has forgotten (it ended more than `MinJobAge` ago, e.g. while the service
   was down): `lost_run` asks `sacct`; where accounting is disabled (no slurmdbd: sacct
   exits 1 "Slurm accounting storage is disabled") or has no record, the run is reported
@@ -64,6 +65,7 @@ from jpushare.executors.base import (
 )
 from jpushare.executors.cuda_oom import CUDA_OOM_REASON, OOM_SCAN_BYTES, find_cuda_oom
 from jpushare.executors.output_files import (
+    LOG_TAIL_BYTES,
     OutputUnreadable,
     cannot_enter,
     file_size,
@@ -258,6 +260,10 @@ class SlurmExecutor:
 
     # ------------------------------------------------------------------ mapping
 
+    def tier_of(self, gres_type: str) -> str:
+        """The tier name a GRES type's GPUs belong to: the mapping, else the type itself."""
+        return self._gpu_type_to_tier.get(gres_type, gres_type)
+
     def gres_type(self, gpu_type: str) -> str:
         """The GRES type to ask sbatch for: a tier name mapped back, else the name itself."""
         return self._tier_to_gpu_type.get(gpu_type, gpu_type)
@@ -278,7 +284,7 @@ class SlurmExecutor:
                 groups.append(
                     GpuGroup(
                         node=node.name,
-                        gpu_type=gres_type or "gpu",  # untyped GRES: `gpu:N`
+                        gpu_type=self.tier_of(gres_type or "gpu"),  # untyped GRES: `gpu:N`
                         total=total,
                         used=min(used, total),
                         state=node.state,
@@ -612,7 +618,6 @@ class SlurmExecutor:
         )
 
 
-LOG_TAIL_BYTES = 8 << 20  # log() returns at most the last 8 MiB, as the local executor
 # Variables bash will not take from `export` (it would print an error into the job's output).
 _BASH_READONLY = frozenset({"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"})
 

@@ -1,7 +1,7 @@
 """The operational watch-list (SPEC §10): failed reservations, hold, multi-GPU burden.
 
 The definitions live here once. The simulator (`sim.report`) and the service
-(`store.watch` -> GET /v1/stats/watch, `jpushare stats`) turn their own history into the
+(`store.watch_records` -> GET /v1/stats/watch, `jpushare stats`) turn their own history into the
 same plain records and call the same functions, so both shells report the same figures for
 the same history. No I/O and no clock: records in, figures out.
 

@@ -158,11 +158,6 @@ def check_foreign_runs(executor: Executor, sessions: sessionmaker[Session]) -> N
     )
 
 
-def gpu_type_to_tier(settings: Settings) -> dict[str, str]:
-    """The executor's GPU type -> tier name mapping the dispatcher must use (Slurm only)."""
-    return dict(settings.slurm_gpu_types) if settings.executor == "slurm" else {}
-
-
 def _cluster_spec(settings: Settings, demo: bool) -> ClusterSpec | None:
     if settings.cluster_file is not None:
         return load_cluster(settings.cluster_file)
@@ -292,7 +287,6 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             dispatcher_sessions,
             counting(executor, health.executor_failed),
             router,
-            gpu_type_to_tier=gpu_type_to_tier(settings),
             placement_order=settings.placement_order,
             policy=POLICIES[settings.policy],
         )

@@ -38,7 +38,6 @@ from jpushare.store.accounts import (
     unix_user_of,
     users_of_unix_account,
 )
-from jpushare.store.cycle import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.engine import (
     database_url,
     make_engine,
@@ -96,9 +95,9 @@ from jpushare.store.lifecycle import (
 )
 from jpushare.store.migrate import upgrade
 from jpushare.store.records import (
+    AttemptEnded,
     Cancelled,
     DispatchedJob,
-    Ended,
     IssuedToken,
     JobEventRecord,
     JobRecord,
@@ -111,15 +110,16 @@ from jpushare.store.records import (
     UserRecord,
 )
 from jpushare.store.schema import EventKind, JobState, Role
+from jpushare.store.snapshot_and_decisions import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.times import from_epoch, to_epoch, utc_now
 from jpushare.vocabulary import job_id as policy_job_id  # the id the policy knows a job by
 
 __all__ = [
     "AlreadyExists",
+    "AttemptEnded",
     "Cancelled",
     "ConcurrentUpdate",
     "DispatchedJob",
-    "Ended",
     "EventKind",
     "InvalidRequest",
     "InvalidTransition",

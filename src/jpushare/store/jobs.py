@@ -1,7 +1,8 @@
 """Jobs as users see them: submit (with the SPEC §2 fit check), read, list, history.
 
-State changes after submission live in `lifecycle.py` (one job at a time) and `cycle.py`
-(the dispatcher's decisions). Job ids are integers here; the policy knows them as text.
+State changes after submission live in `lifecycle.py` (one job at a time) and
+`snapshot_and_decisions.py` (the dispatcher's decisions). Job ids are integers here; the
+policy knows them as text.
 """
 
 from __future__ import annotations
@@ -102,9 +103,14 @@ def parse_job_id(value: str | int) -> int:
 
 
 _JOB_COLUMNS = tuple(Job.__table__.c)
-# The record's fields that are the job's own columns, under the same names; the rest are
-# names joined from other tables.
-_COLUMN_FIELDS = tuple(f.name for f in fields(JobRecord) if f.name in Job.__table__.c)
+# The record's fields that are the job's own columns, under the same names but one (SPEC
+# §7's column name says GPU-seconds; it holds TFLOP-seconds); the rest are joined names.
+_RENAMED = {"reservation_cost_tflop_s": "reservation_gpu_seconds"}
+_COLUMN_FIELDS = tuple(
+    (f.name, _RENAMED.get(f.name, f.name))
+    for f in fields(JobRecord)
+    if _RENAMED.get(f.name, f.name) in Job.__table__.c
+)
 
 
 def job_record(
@@ -116,7 +122,7 @@ def job_record(
     reserved_tier_name: str | None,
 ) -> JobRecord:
     """The one mapping of a `jobs` row (its columns by name) to a record."""
-    values = {name: columns[name] for name in _COLUMN_FIELDS}
+    values = {name: columns[column] for name, column in _COLUMN_FIELDS}
     values["state"] = JobState(values["state"])
     return JobRecord(
         **values,

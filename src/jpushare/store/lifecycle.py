@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from jpushare.ledger import END_EVENTS, EventKind, Run, end_attempt, resettle_run
 from jpushare.policy.accounting import run_cost
 from jpushare.policy.oom import escalate
+from jpushare.store.batched_runs import RunStart, mark_running_many
 from jpushare.store.errors import ConcurrentUpdate, InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.inventory import placements, policy_tiers
 from jpushare.store.jobs import get_job
@@ -33,8 +34,7 @@ from jpushare.store.ledger_writes import (
     write_attempt_ends,
     write_charge,
 )
-from jpushare.store.records import Cancelled, Ended
-from jpushare.store.run_reports import RunStart, mark_running_many
+from jpushare.store.records import AttemptEnded, Cancelled
 from jpushare.store.schema import ACTIVE_STATES, Job, JobState
 from jpushare.store.times import same_instant, to_epoch
 from jpushare.store.transitions import (
@@ -172,7 +172,7 @@ def end_job(
     attempt: int | None = None,
     started_at: datetime | None = None,
     provisional: bool = False,
-) -> Ended | None:
+) -> AttemptEnded | None:
     """A DISPATCHED or RUNNING job ends COMPLETED, FAILED or CANCELLED, and its lab is
     charged in this transaction: this attempt's run cost plus every reservation cost not
     yet charged (SPEC §4).
@@ -206,7 +206,7 @@ def end_job(
 
 def fail_dispatch(
     session: Session, job_id: int, now: datetime, reason: str, *, attempt: int | None = None
-) -> Ended | None:
+) -> AttemptEnded | None:
     """The executor refused the run for good: DISPATCHED -> FAILED with the reason.
 
     Its accrued reservation cost is charged (it never ran, so no run cost).
@@ -226,7 +226,7 @@ def requeue_after_oom(
     started_at: datetime | None = None,
     exit_code: int | None = None,
     reason: str | None = None,
-) -> Ended | None:
+) -> AttemptEnded | None:
     """SPEC §5 / S10: the attempt ran out of memory. Charge it; raise the minimum tier to
     the next auto-assign tier above the one it ran on and requeue it keeping
     queue_entered_at — or, if nothing fits at that minimum, FAILED with the reason.
@@ -272,7 +272,7 @@ def requeue_after_node_failure(
     attempt: int | None = None,
     started_at: datetime | None = None,
     reason: str | None = None,
-) -> Ended | None:
+) -> AttemptEnded | None:
     """SPEC §5: the node died under the job. Charge the attempt and requeue it keeping
     queue_entered_at and its minimum tier (no escalation)."""
     job = _active(session, job_id, attempt)
@@ -294,7 +294,7 @@ def _requeue(
     exit_code: int | None,
     values: dict[str, Any],
     detail: dict[str, Any],
-) -> Ended | None:
+) -> AttemptEnded | None:
     return _close_attempt(
         session,
         job,
@@ -322,7 +322,7 @@ def _close_attempt(
     values: dict[str, Any],
     detail: dict[str, Any],
     charge_detail: dict[str, Any] | None = None,
-) -> Ended:
+) -> AttemptEnded:
     """End the job's current attempt by `kind` as the ledger says (its run cost, its next
     state, the charge) and write that, all in this transaction."""
     started = job.started_at or started_at
@@ -337,7 +337,7 @@ def _close_attempt(
     )
     write_attempt_ends(session, [AppliedEnd(job, end, ended_at, values)])
     requeued = end.to_state is JobState.GLOBAL_QUEUE_WAIT
-    return Ended(get_job(session, job.id), end.due, requeued=requeued)
+    return AttemptEnded(get_job(session, job.id), end.due, requeued=requeued)
 
 
 def cancel_job(

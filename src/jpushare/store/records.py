@@ -106,7 +106,8 @@ class JobRecord:
     exit_code: int | None
     reason: str | None
     run_cost: float  # TFLOP-seconds, every attempt's run
-    reservation_gpu_seconds: float  # TFLOP-seconds, every reservation it held (SPEC §7 name)
+    # TFLOP-seconds, every reservation it held: the column SPEC §7 names reservation_gpu_seconds
+    reservation_cost_tflop_s: float
     charged_tflop_s: float  # how much of the bill has reached the lab
     reserved_gpus: int
     reserved_node_name: str | None
@@ -129,7 +130,7 @@ class JobRecord:
     @property
     def bill(self) -> float:
         """Everything this job has cost so far, TFLOP-seconds (SPEC §4)."""
-        return self.run_cost + self.reservation_gpu_seconds
+        return self.run_cost + self.reservation_cost_tflop_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +181,7 @@ class Recorded:
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
+class AttemptEnded:
     """What a lifecycle transition that ends an attempt did."""
 
     job: JobRecord

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from jpushare.api.schemas import WatchPublic
 from jpushare.policy.watch import watch_figures
 from jpushare.store.usage_history import LabCharge, lab_charges
-from jpushare.store.watch import load_watch_records
+from jpushare.store.watch_records import load_watch_records
 
 USAGE_WINDOW = timedelta(days=7)
 USAGE_POINTS = 120  # points per line: enough for a smooth chart, few enough to stay light

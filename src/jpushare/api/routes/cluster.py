@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from jpushare import store
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
-from jpushare.api.figures import placement_counts
+from jpushare.api.metric_figures import placement_counts
 from jpushare.api.privacy import for_viewer
 from jpushare.api.schemas import (
     MAX_QUEUE_LIMIT,
@@ -24,7 +24,7 @@ from jpushare.api.schemas import (
     tier_public,
 )
 from jpushare.api.why import QueueView, queue_entries
-from jpushare.store.counts import LabInFlight, lab_in_flight, lab_job_counts
+from jpushare.store.aggregates import LabInFlight, lab_in_flight, lab_job_counts
 from jpushare.store.inventory import tier_names_by_sort_order
 from jpushare.store.jobs import Shown
 from jpushare.store.reservations import held_reservations

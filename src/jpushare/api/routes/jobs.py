@@ -33,8 +33,12 @@ from jpushare.api.why import QueueView, queued_why
 from jpushare.api.why_history import history_why
 from jpushare.config import UserQuotas
 from jpushare.executors.base import Executor
-from jpushare.executors.local import LOG_TAIL_BYTES
-from jpushare.executors.output_files import OutputUnreadable, output_paths, read_tail
+from jpushare.executors.output_files import (
+    LOG_TAIL_BYTES,
+    OutputUnreadable,
+    output_paths,
+    read_tail,
+)
 from jpushare.store.inventory import tier_names_by_sort_order
 from jpushare.store.records import JobRecord, UserRecord
 from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account

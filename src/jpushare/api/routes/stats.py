@@ -12,7 +12,7 @@ from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.schemas import ErrorPublic, WatchPublic
 from jpushare.policy.watch import watch_figures
-from jpushare.store.watch import load_watch_records
+from jpushare.store.watch_records import load_watch_records
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
 

@@ -1,4 +1,4 @@
-"""The batched starts and ends (`store.run_reports`) change exactly what the one-by-one
+"""The batched starts and ends (`store.batched_runs`) change exactly what the one-by-one
 transitions change: the same jobs, the same events, the same lab usage to the last bit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from jpushare import store
-from jpushare.store.run_reports import RunEnd, RunStart, end_jobs, mark_running_many
+from jpushare.store.batched_runs import RunEnd, RunStart, end_jobs, mark_running_many
 from tests.store.conftest import World, at, run_cycle, submit
 
 Rows = dict[str, list[tuple[object, ...]]]

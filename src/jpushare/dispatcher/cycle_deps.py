@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +15,7 @@ from jpushare.executors.base import Executor, GpuGroup
 from jpushare.llm_router import BackfillRouter, NoRouter
 from jpushare.policy import PlacementOrder, decide
 from jpushare.policy.peers import NamedPolicy
-from jpushare.store.cycle import QueueMemo
+from jpushare.store.snapshot_and_decisions import QueueMemo
 
 InventoryFacts = tuple[tuple[str, str, int, str], ...]
 
@@ -48,8 +48,8 @@ class InventoryMemo:
 
 @dataclass(frozen=True, slots=True)
 class CycleDeps:
-    """What a cycle works with. `gpu_type_to_tier` maps executor GPU types to tier names
-    where they differ (a type not in it is its own tier name). `policy` decides each cycle
+    """What a cycle works with. The executor names GPUs by tier (a Slurm executor maps its
+    GRES types itself). `policy` decides each cycle
     (step 3) with `placement_order`: SPEC §3's `decide`, or a peer of `POLICIES` that a
     site runs for comparison (`JPUSHARE_POLICY`)."""
 
@@ -57,7 +57,6 @@ class CycleDeps:
     executor: Executor
     router: BackfillRouter = field(default_factory=NoRouter)
     clock: Callable[[], datetime] = store.utc_now
-    gpu_type_to_tier: Mapping[str, str] = field(default_factory=dict)
     inventory_memo: InventoryMemo = field(default_factory=lambda: InventoryMemo())
     queue_memo: QueueMemo = field(default_factory=lambda: QueueMemo())  # see load_snapshot
     placement_order: PlacementOrder = PlacementOrder.PACK  # SPEC §1 (JPUSHARE_PLACEMENT)
@@ -72,10 +71,3 @@ class CycleDeps:
         """Before a side effect: `LeaseLost` unless this process may still act."""
         if not self.fence.may_act():
             raise LeaseLost("the dispatcher lease ran out before this call to the executor")
-
-    def gpu_type_of(self, tier: str) -> str:
-        """The executor's GPU type for a tier name (the mapping read backwards)."""
-        for gpu_type, name in self.gpu_type_to_tier.items():
-            if name == tier:
-                return gpu_type
-        return tier

@@ -1,7 +1,7 @@
 """Step 1's writes: each run transition the executor's view implies, into the store.
 
 `record_transitions` applies the starts and plain ends of a cycle at once (a fixed number
-of statements, `store.run_reports`), and everything else (confirms, OOM and node-failure
+of statements, `store.batched_runs`), and everything else (confirms, OOM and node-failure
 requeues, and whatever the batch could not take) one by one, each in its own savepoint: one
 that fails (a value the database refuses, a bug) is logged and skipped, and retried next
 cycle, instead of stopping every job's. `settle_cancelled_runs` charges a cancelled job's
@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from jpushare import store
 from jpushare.dispatcher.job_ids import row_id
-from jpushare.dispatcher.reconcile import Confirmed, Ended, Missing, Started, Transition
+from jpushare.dispatcher.reconcile import Confirmed, Missing, RunEnded, Started, Transition
 from jpushare.executors.base import RunInfo, RunState
+from jpushare.store.batched_runs import RunEnd, RunStart, end_jobs, mark_running_many
 from jpushare.store.observations import cancelled_runs
-from jpushare.store.run_reports import RunEnd, RunStart, end_jobs, mark_running_many
 from jpushare.store.times import same_instant
 from jpushare.time_limits import time_limit_reason
 
@@ -84,7 +84,7 @@ def apply_in_batches(
     session: Session, found: Iterable[Transition]
 ) -> tuple[Counter[RunChange], list[Transition]]:
     """Apply the runs seen started and the runs seen ended (not OOM, not node failures)
-    all at once (`store.run_reports`): a fixed number of statements instead of about ten
+    all at once (`store.batched_runs`): a fixed number of statements instead of about ten
     per run, which made a cycle that saw 96 runs end take 2 s. In one savepoint: if the
     batch fails, nothing of it stays and every one of them is left to the one-by-one
     path, which skips only the transition that fails. The rest is left as it came."""
@@ -104,7 +104,7 @@ def apply_in_batches(
             starts.append(
                 RunStart(job_id, t.attempt, store.from_epoch(t.started_at), t.executor_id)
             )
-        elif isinstance(t, Ended):
+        elif isinstance(t, RunEnded):
             ends.append(_run_end(job_id, t))
         batched.append(t)
     counts: Counter[RunChange] = Counter()
@@ -123,10 +123,10 @@ def apply_in_batches(
 def _batchable(t: Transition) -> bool:
     if row_id(t.job_id) is None:
         return False
-    return isinstance(t, Started) or (isinstance(t, Ended) and t.state in _ENDS)
+    return isinstance(t, Started) or (isinstance(t, RunEnded) and t.state in _ENDS)
 
 
-def _run_end(job_id: int, t: Ended) -> RunEnd:
+def _run_end(job_id: int, t: RunEnded) -> RunEnd:
     """The batch path's end: the same reason as one recorded alone (`_end_reason`)."""
     return RunEnd(
         job_id,
@@ -139,7 +139,7 @@ def _run_end(job_id: int, t: Ended) -> RunEnd:
     )
 
 
-def _end_reason(t: Ended) -> str | None:
+def _end_reason(t: RunEnded) -> str | None:
     if t.state is RunState.CANCELLED:
         return t.reason or "cancelled by the executor"
     if t.state is RunState.TIMEOUT:
@@ -165,7 +165,7 @@ def _apply(session: Session, t: Transition, now: datetime) -> RunChange:
     return _apply_end(session, job_id, t)
 
 
-def _apply_end(session: Session, job_id: int, t: Ended) -> RunChange:
+def _apply_end(session: Session, job_id: int, t: RunEnded) -> RunChange:
     ended_at = store.from_epoch(t.ended_at)
     started_at = store.from_epoch(t.started_at) if t.started_at is not None else None
     if t.state is RunState.OOM:  # SPEC §5 / S10

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from jpushare.metrics import HOLD_BUCKETS_S, MetricFigures, TierGpus
 from jpushare.policy.model import Placement
-from jpushare.store import counts
+from jpushare.store import aggregates
 from jpushare.store.health import load_health
 from jpushare.store.leadership import get_lease
 from jpushare.store.reservations import (
@@ -25,7 +25,7 @@ from jpushare.store.reservations import (
     reserved_by_placement,
 )
 from jpushare.store.schema import JobState
-from jpushare.store.watch import lab_reservation_totals, size_totals
+from jpushare.store.watch_records import lab_reservation_totals, size_totals
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +71,13 @@ def metric_figures(
 ) -> MetricFigures:
     """Everything /metrics shows from the database, in the caller's transaction (`now`:
     for the oldest queued job's wait)."""
-    by_state = counts.job_counts_by_state(session)
+    by_state = aggregates.job_counts_by_state(session)
     held = held_reservations(session)
     history = reservation_history(session, HOLD_BUCKETS_S)
     return MetricFigures(
         queue_length=by_state.get(JobState.GLOBAL_QUEUE_WAIT.value, 0),
         jobs_by_state=by_state,
-        jobs_submitted=counts.jobs_submitted(session),
+        jobs_submitted=aggregates.jobs_submitted(session),
         gpus_by_tier=tier_gpus(placements, reserved_by_placement(held)),
         reservations_active=len(held),
         reservations_started=history.started,
@@ -85,13 +85,13 @@ def metric_figures(
         hold_bucket_counts=history.bucket_counts,
         hold_count=history.hold_count,
         hold_sum_s=history.hold_sum_s,
-        lab_usage=counts.lab_usage(session),
+        lab_usage=aggregates.lab_usage(session),
         lab_reservations=lab_reservation_totals(session),
         ended_by_size=size_totals(session),
         health=load_health(session),
         lease=get_lease(session),
-        requeues=counts.requeues_by_cause(session),
-        oldest_queued_at=counts.oldest_queued_at(session),
-        foreign_gpus=counts.foreign_gpus_by_tier(session),
+        requeues=aggregates.requeues_by_cause(session),
+        oldest_queued_at=aggregates.oldest_queued_at(session),
+        foreign_gpus=aggregates.foreign_gpus_by_tier(session),
         now=now,
     )
