@@ -8,17 +8,21 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from jpushare import store
 from jpushare.dispatcher.cycle import CycleDeps
 from jpushare.executors.base import Executor, LaunchSpec
 from jpushare.executors.process_groups import live_groups
 from jpushare.llm_router import HttpRouter
+from jpushare.store.observations import PlacementObservation
+from jpushare.store.times import same_instant
 from jpushare.time_limits import state_label
 from tests.constants import TFLOPS
 from tests.cycle_rig import CycleRig, MemoryRig
@@ -301,3 +305,25 @@ def test_a_run_stopped_at_its_time_limit_ends_failed_time_limit(rig: MemoryRig) 
     job = rig.job(job_id)
     assert job.reason is not None and job.reason.startswith("time limit")
     assert state_label(job.state, job.reason) == "FAILED (time limit)"
+
+
+def test_observe_and_decide_stamp_the_cycles_one_reading_of_the_clock(rig: MemoryRig) -> None:
+    # A clock a second later at every reading: two readings in one cycle would show.
+    start, readings = store.utc_now(), 0
+
+    def ticking() -> datetime:
+        nonlocal readings
+        readings += 1
+        return start + timedelta(seconds=readings)
+
+    rig.deps = replace(rig.deps, clock=ticking)
+    job_id = rig.submit("alice", 1, "true")
+
+    report = rig.cycle()
+
+    assert readings == 1
+    dispatched_at = rig.job(job_id).dispatched_at
+    with rig.sessions.begin() as s:
+        observed_at = s.scalars(select(PlacementObservation.observed_at)).all()
+    assert dispatched_at is not None and same_instant(dispatched_at, report.at)
+    assert observed_at and all(same_instant(t, report.at) for t in observed_at)

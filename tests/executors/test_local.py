@@ -20,7 +20,8 @@ import pytest
 from jpushare.executors import local as local_module
 from jpushare.executors.base import LaunchSpec, RunInfo, RunState, SubmitRefused
 from jpushare.executors.gpus import LocalGpu
-from jpushare.executors.local import LocalExecutor, run_key
+from jpushare.executors.local import LocalExecutor
+from jpushare.executors.local_records import RunFiles, run_key
 from jpushare.executors.process_groups import group_alive, live_groups
 from tests.executors.cgroup_cleanup import remove_cgroups
 from tests.executors.contract import wait_for
@@ -375,13 +376,13 @@ def test_ended_runs_are_read_from_their_files_once_not_on_every_observation(
     ex = LocalExecutor(state_dir, gpus=gpus(), start_grace_s=0.5)
     assert len(ex.runs()) == 5  # reads each ended record once
     loaded: list[str] = []
-    real_load = LocalExecutor._load
+    real_load = RunFiles.load
 
-    def counting_load(self: LocalExecutor, key: str) -> object:
+    def counting_load(self: RunFiles, key: str) -> object:
         loaded.append(key)
         return real_load(self, key)
 
-    monkeypatch.setattr(LocalExecutor, "_load", counting_load)
+    monkeypatch.setattr(RunFiles, "load", counting_load)
     again = ex.runs()
     assert [r.state for r in again] == [RunState.COMPLETED] * 5
     assert ex.inventory()[0].used == 0

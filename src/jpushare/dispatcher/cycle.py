@@ -51,26 +51,28 @@ log = logging.getLogger(__name__)
 def run_cycle(deps: CycleDeps) -> CycleReport:
     """One whole cycle, steps 1-6 of the module docstring. Raises only on database errors."""
     t0 = time.perf_counter()
-    at = deps.clock()
 
     # 1. Observe, then stop stale runs and launch again what a crash left unsubmitted.
     try:
         seen = read_executor(deps)
     except Exception as exc:  # any backend failure: do not decide blind
         log.error("executor unreachable, cycle skipped: %s", exc)
-        return CycleReport(at, time.perf_counter() - t0, None, error=f"executor: {exc}")
+        return CycleReport(deps.clock(), time.perf_counter() - t0, None, error=f"executor: {exc}")
+    # The cycle's one reading of the clock, once the executor has answered: observe records,
+    # the policy decides and the launches are confirmed at the same instant (steps 1-6).
+    at = deps.clock()
     observed = record_observation(deps, seen, at)
     crash_point("after_observe")
     stopped = stop_stale_runs(deps, observed.stale)
-    resubmitted = launch(deps, observed.resubmit)
+    resubmitted = launch(deps, observed.resubmit, at)
     t1 = time.perf_counter()
 
     # 2-4. Snapshot, decide, record: one transaction.
-    decisions, recorded = decide_and_record(deps, observed.busy)
+    decisions, recorded = decide_and_record(deps, observed.busy, at)
     t2 = time.perf_counter()
 
     # 5-6. Act, then confirm (or fail what the executor refused).
-    dispatched = launch(deps, recorded.dispatched)
+    dispatched = launch(deps, recorded.dispatched, at)
     t3 = time.perf_counter()
 
     reserved, absorbed, released = _reservations(recorded)
@@ -89,9 +91,11 @@ def run_cycle(deps: CycleDeps) -> CycleReport:
     )
 
 
-def decide_and_record(deps: CycleDeps, busy: Busy) -> tuple[Decisions, store.Recorded]:
-    """Steps 2-4 in one transaction: what the policy decided, and what of it was recorded."""
-    now = deps.clock()
+def decide_and_record(
+    deps: CycleDeps, busy: Busy, now: datetime
+) -> tuple[Decisions, store.Recorded]:
+    """Steps 2-4 in one transaction at the cycle's `now`: what the policy decided, and what
+    of it was recorded."""
     with deps.begin() as session:
         snapshot = store.load_snapshot(session, now, busy, deps.queue_memo)
         decisions = deps.policy(snapshot, deps.placement_order)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from jpushare import store
 from jpushare.dispatcher.crash_points import crash_point
@@ -48,8 +49,9 @@ class _Launch:
     spec: LaunchSpec
 
 
-def launch(deps: CycleDeps, dispatched: Iterable[DispatchedJob]) -> Outcome:
-    """Steps 5 and 6 for these recorded dispatches (module docstring).
+def launch(deps: CycleDeps, dispatched: Iterable[DispatchedJob], now: datetime) -> Outcome:
+    """Steps 5 and 6 for these recorded dispatches (module docstring), stamped with the
+    cycle's `now`.
 
     A refusal fails its job at once (its own transaction). The accepted runs are confirmed
     in one transaction after the last submit: a crash before it leaves them DISPATCHED
@@ -68,9 +70,7 @@ def launch(deps: CycleDeps, dispatched: Iterable[DispatchedJob]) -> Outcome:
         except SubmitRefused as exc:
             reason = f"the executor refused the job: {exc}"
             with deps.begin() as session:
-                store.fail_dispatch(
-                    session, launch.row, deps.clock(), reason=reason, attempt=spec.attempt
-                )
+                store.fail_dispatch(session, launch.row, now, reason=reason, attempt=spec.attempt)
             log.warning("job %s refused: %s", spec.job_id, exc)
             refused.append((launch.row, reason))
             continue
@@ -84,12 +84,12 @@ def launch(deps: CycleDeps, dispatched: Iterable[DispatchedJob]) -> Outcome:
         accepted.append((launch, executor_id))
     if not accepted:
         return Outcome((), tuple(refused), tuple(deferred), ())
-    started, orphaned = _confirm(deps, accepted)
+    started, orphaned = _confirm(deps, accepted, now)
     return Outcome(started, tuple(refused), tuple(deferred), orphaned)
 
 
 def _confirm(
-    deps: CycleDeps, accepted: list[tuple[_Launch, str]]
+    deps: CycleDeps, accepted: list[tuple[_Launch, str]], now: datetime
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """6. Confirm the accepted runs: (started, orphaned). A run not confirmed because its
     job left DISPATCHED meanwhile (cancelled through the API) must not live on."""
@@ -99,7 +99,7 @@ def _confirm(
         confirmed = store.confirm_dispatches(
             session,
             [(launch.row, launch.spec.attempt, eid) for launch, eid in accepted],
-            deps.clock(),
+            now,
         )
         for launch, executor_id in accepted:
             if launch.row in confirmed:
