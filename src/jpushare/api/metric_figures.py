@@ -41,11 +41,13 @@ class PlacementCounts:
 
 def placement_counts(p: Placement, reserved: int) -> PlacementCounts:
     """Reserved GPUs taken by jobs outside JPU-Share (busy + reserved > capacity, until the
-    next cycle releases the reservation by R5) count as busy, not twice."""
+    next cycle releases the reservation by R5) count as busy, not twice. Idle is the
+    policy's own rule (`Placement.free`, down or drained nodes have none) less what is
+    reserved."""
     busy = min(p.busy, p.capacity)
     held = min(reserved, p.capacity - busy)
-    rest = max(0, p.capacity - busy - held)
-    return PlacementCounts(busy, held, rest if p.schedulable else 0, 0 if p.schedulable else rest)
+    idle = max(0, p.free - held)
+    return PlacementCounts(busy, held, idle, p.capacity - busy - held - idle)
 
 
 def tier_gpus(

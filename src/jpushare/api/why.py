@@ -8,7 +8,7 @@ policy (`decide`, or the peer `JPUSHARE_POLICY` names) run on that same snapshot
 next cycle would do if nothing changed before it runs (nothing is recorded: the decisions
 are only read). Answers state the facts and phrase
 the projection as "at the next cycle …", with no time. `GET /v1/placements` computes its
-figures with the same `figures.placement_counts`. A job that is not queued gets its state
+figures with the same `metric_figures.placement_counts`. A job that is not queued gets its state
 and what its `job_events` history says (`api.why_history`).
 """
 
