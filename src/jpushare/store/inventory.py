@@ -122,6 +122,17 @@ def get_tier(session: Session, name: str) -> TierRecord:
     return _tier_record(tier)
 
 
+# The columns a policy `Tier` is made of, in the order of its fields: `Tier(*row)`.
+POLICY_TIER_COLUMNS = (
+    GpuTier.name,
+    GpuTier.tflops,
+    GpuTier.sort_order,
+    GpuTier.max_gpus,
+    GpuTier.auto_assign,
+    GpuTier.partition,
+)
+
+
 def policy_tiers(session: Session) -> list[Tier]:
     """The tiers as the policy's values."""
     return [

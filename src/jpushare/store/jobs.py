@@ -38,6 +38,7 @@ from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_
 from jpushare.policy.model import Placement, Tier
 from jpushare.run_settings import JobRun, checked
 from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound, StoreError
+from jpushare.store.inventory import POLICY_TIER_COLUMNS
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import (
     ENDED_STATES,
@@ -255,12 +256,7 @@ _SUBMIT_INPUTS = (
         User.lab_id,
         User.name,
         Lab.name,
-        GpuTier.name,
-        GpuTier.tflops,
-        GpuTier.sort_order,
-        GpuTier.max_gpus,
-        GpuTier.auto_assign,
-        GpuTier.partition,
+        *POLICY_TIER_COLUMNS,
         _capacity.c.node_name,
         _capacity.c.capacity,
     )
@@ -455,7 +451,7 @@ def submit(
         if tier_name is None:
             continue
         if tier_name not in by_name:
-            by_name[tier_name] = Tier(tier_name, row[4], row[5], row[6], row[7], row[8])
+            by_name[tier_name] = Tier(*row[3:9])
         if row[9] is not None:
             capacities.append(Placement(row[9], tier_name, row[10]))
     # The order `policy_tiers` gives (strongest first, then by name): check_fit's choice

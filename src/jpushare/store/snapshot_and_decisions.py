@@ -30,7 +30,7 @@ from jpushare.policy.model import (
 )
 from jpushare.store.actions import KINDS
 from jpushare.store.errors import ConcurrentUpdate
-from jpushare.store.inventory import PlacementKey, placements
+from jpushare.store.inventory import POLICY_TIER_COLUMNS, PlacementKey, placements
 from jpushare.store.launches import launch_details
 from jpushare.store.ledger_writes import accrue_reservation
 from jpushare.store.records import DispatchedJob, Recorded
@@ -81,21 +81,13 @@ def load_snapshot(
     caller's `QueueMemo`, kept from one cycle to the next (a dispatcher's).
     """
     tier_rows = session.execute(
-        select(
-            GpuTier.id,
-            GpuTier.name,
-            GpuTier.tflops,
-            GpuTier.sort_order,
-            GpuTier.max_gpus,
-            GpuTier.auto_assign,
-            GpuTier.partition,
-        ).order_by(GpuTier.sort_order.desc(), GpuTier.name)
+        select(GpuTier.id, *POLICY_TIER_COLUMNS).order_by(GpuTier.sort_order.desc(), GpuTier.name)
     )
     tiers: list[Tier] = []
     tier_names: dict[uuid.UUID, str] = {}
-    for tid, name, tflops, order, max_gpus, auto, partition in tier_rows:
-        tier_names[tid] = name
-        tiers.append(Tier(name, tflops, order, max_gpus, auto, partition))
+    for tier_row in tier_rows:
+        tiers.append(Tier(*tier_row[1:]))
+        tier_names[tier_row[0]] = tier_row[1]
     lab_names: dict[int, str] = {}
     lab_usage: dict[str, float] = {}
     for lab_id, lab_name, usage in session.execute(select(Lab.id, Lab.name, Lab.cumulative_usage)):
