@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from jpushare.executors.base import LaunchSpec, NodeState, RunState, SubmitRefused
-from jpushare.executors.slurm import CommandResult, SlurmCommands, SlurmError, SlurmExecutor
+from jpushare.executors.slurm import SlurmExecutor
+from jpushare.executors.slurm_commands import CommandResult, SlurmCommands, SlurmError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from jpushare.executors.base import ResolvesLostRuns, RunState
-from jpushare.executors.slurm import CommandResult, SlurmError, SlurmExecutor
+from jpushare.executors.slurm import SlurmExecutor
+from jpushare.executors.slurm_commands import CommandResult, SlurmError
 from jpushare.executors.slurm_parse import SACCT_FORMAT, parse_sacct
 from tests.executors.live_slurm import require_cluster
 from tests.executors.test_slurm_commands import ScriptedSlurm, make, ok

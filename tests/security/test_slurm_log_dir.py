@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from jpushare.executors.base import LaunchSpec
-from jpushare.executors.slurm import CommandResult, SlurmExecutor
+from jpushare.executors.slurm import SlurmExecutor
+from jpushare.executors.slurm_commands import CommandResult
 from tests.unix_accounts import MadeAccount, made_accounts, require_root
 
 SECRET = "root-only secret\n"

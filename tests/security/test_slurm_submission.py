@@ -15,7 +15,8 @@ import stat
 from pathlib import Path
 
 from jpushare.executors.base import LaunchSpec
-from jpushare.executors.slurm import SlurmCommands, SlurmExecutor
+from jpushare.executors.slurm import SlurmExecutor
+from jpushare.executors.slurm_commands import SlurmCommands
 
 
 def _script(path: Path, body: str) -> Path:

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from jpushare import store
 from jpushare.config import ConfigError, load_settings, parse_gpu_types
 from jpushare.executors.base import RunInfo
-from jpushare.executors.slurm import CommandResult, SlurmExecutor
+from jpushare.executors.slurm import SlurmExecutor
+from jpushare.executors.slurm_commands import CommandResult
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.service.serve import build_executor, check_foreign_runs
 from jpushare.store.cluster_setup import load_cluster_spec

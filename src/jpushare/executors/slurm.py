@@ -51,8 +51,7 @@ import shlex
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from pathlib import Path
 
@@ -71,6 +70,15 @@ from jpushare.executors.output_files import (
     file_size,
     output_paths,
     read_tail,
+)
+from jpushare.executors.slurm_commands import (
+    ALREADY_GONE,
+    TRANSIENT,
+    CommandResult,
+    CommandRunner,
+    SlurmCommands,
+    SlurmError,
+    run_command,
 )
 from jpushare.executors.slurm_parse import (
     SACCT_FORMAT,
@@ -100,66 +108,6 @@ class UntrustedRecord(OSError):
     """A run record in the log directory that this service did not write."""
 
 
-class SlurmError(RuntimeError):
-    """A Slurm command failed or timed out for a reason other than refusing our job.
-
-    Unlike SubmitRefused this says nothing about the job: after a failed or timed-out
-    sbatch it may exist. The dispatcher retries; `submit` is idempotent.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    """What a Slurm command answered."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-#: Runs argv with stdin text, environment and a timeout (raises subprocess.TimeoutExpired).
-CommandRunner = Callable[[Sequence[str], str | None, Mapping[str, str], float], CommandResult]
-
-
-def run_command(
-    argv: Sequence[str], stdin: str | None, env: Mapping[str, str], timeout_s: float
-) -> CommandResult:
-    """The real CommandRunner: subprocess, text, no shell."""
-    proc = subprocess.run(
-        list(argv),
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        env=dict(env),
-        timeout=timeout_s,
-        check=False,
-    )
-    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-@dataclass(frozen=True, slots=True)
-class SlurmCommands:
-    """Where Slurm's client commands are (names are looked up on PATH)."""
-
-    sbatch: str = "sbatch"
-    squeue: str = "squeue"
-    sinfo: str = "sinfo"
-    scancel: str = "scancel"
-    sacct: str = "sacct"
-
-
-# sbatch failures that say nothing about the job itself: the controller did not answer.
-_TRANSIENT = re.compile(
-    r"Socket timed out|Unable to contact slurm controller|Connection refused"
-    r"|Zero Bytes were transmitted|Transport endpoint|temporarily unable to accept"
-    r"|Resource temporarily unavailable|Communication connection failure",
-    re.IGNORECASE,
-)
-# scancel answers for a job that is already gone: cancel is idempotent.
-_ALREADY_GONE = re.compile(
-    r"already completing or completed|Invalid job id specified|Job has already finished",
-    re.IGNORECASE,
-)
 # Job ids go into a Slurm job name and a file name: keep them to a safe alphabet.
 _JOB_ID = re.compile(r"[A-Za-z0-9_.:+-]+")
 
@@ -360,7 +308,7 @@ class SlurmExecutor:
         result = self._run(argv, script, submit=True, env=env)
         if result.returncode != 0:
             message = sbatch_error(result.stderr or result.stdout)
-            if _TRANSIENT.search(result.stderr):
+            if TRANSIENT.search(result.stderr):
                 raise SlurmError(f"sbatch failed: {message}")
             # A refused job can still get an id and a FAILED/BadConstraints record;
             # find()/runs() skip those, so nothing is left behind.
@@ -485,7 +433,7 @@ class SlurmExecutor:
     def cancel(self, executor_id: str) -> None:
         """scancel; a job that has already ended or is unknown is fine (idempotent)."""
         result = self._run([self.commands.scancel, executor_id])
-        if result.returncode != 0 and not _ALREADY_GONE.search(result.stderr):
+        if result.returncode != 0 and not ALREADY_GONE.search(result.stderr):
             raise SlurmError(f"scancel {executor_id} failed: {result.stderr.strip()}")
 
     def log(self, job_id: str, attempt: int) -> str:
