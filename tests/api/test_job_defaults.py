@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jpushare.store.jobs import DEFAULT_NAME_CHARS, default_job_name
+from jpushare.store.job_names import DEFAULT_NAME_CHARS, default_job_name
 from tests.api.conftest import ApiWorld, job_body
 from tests.api.test_errors import error, job_rows
 
