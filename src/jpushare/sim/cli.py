@@ -2,7 +2,8 @@
 
     jpushare simulate --cluster CLUSTER.yaml --trace TRACE.csv
                       [--policy reservation|hol-skip|fifo|backfill|all]...
-                      [--placement pack|spread]... [--cycle 5] [--out DIR]
+                      [--placement pack|spread]... [--top-job first-waiting|first-queued]
+                      [--cycle 5] [--out DIR]
 
 Every policy runs under every placement order given (SPEC §1: `pack`, best fit, the
 default; `spread`, most idle first); each run is labelled "<policy>/<placement>". One run
@@ -23,6 +24,7 @@ from jpushare.formats.arguments import add_trace_arguments, positive_seconds
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.formats.errors import FormatError
 from jpushare.formats.trace_file import check_tiers, load_trace
+from jpushare.policy.options import TOP_JOBS, TopJob
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.engine import SimResult, simulate
@@ -53,6 +55,13 @@ def register(subparsers: Any) -> None:
         choices=PLACEMENT_ORDERS,
         help="dispatch order inside a tier: pack (best fit, default) or spread (most idle "
         "first); repeat it to compare",
+    )
+    p.add_argument(
+        "--top-job",
+        choices=TOP_JOBS,
+        default=TopJob.FIRST_WAITING.value,
+        help="which job R2/R3 refer to (SPEC decision 7): first-waiting (the first job that "
+        "cannot start, default) or first-queued (queue[0], the note's literal reading)",
     )
     p.add_argument(
         "--cycle",
@@ -114,6 +123,7 @@ def _replay(
             placement=placement,
             every_cycle=args.every_cycle,
             progress=progress,
+            top_job=args.top_job,
         )
 
 
