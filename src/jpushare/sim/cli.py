@@ -3,6 +3,7 @@
     jpushare simulate --cluster CLUSTER.yaml --trace TRACE.csv
                       [--policy reservation|hol-skip|fifo|backfill|all]...
                       [--placement pack|spread]... [--top-job first-waiting|first-queued]
+                      [--limits exact|trace|user:SEED|none]
                       [--cycle 5] [--out DIR]
 
 Every policy runs under every placement order given (SPEC §1: `pack`, best fit, the
@@ -28,6 +29,7 @@ from jpushare.policy.options import TOP_JOBS, TopJob
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.engine import SimResult, simulate
+from jpushare.sim.limits import parse_limits, with_limits
 from jpushare.sim.report import comparison_text, summary, write_comparison, write_outputs
 
 EXIT_OK = 0
@@ -64,6 +66,15 @@ def register(subparsers: Any) -> None:
         "cannot start, default) or first-queued (queue[0], the note's literal reading)",
     )
     p.add_argument(
+        "--limits",
+        type=_limits,
+        default="trace",
+        metavar="exact|trace|user:SEED|none",
+        help="the jobs' time limits: the run (exact), the trace's time_limit or the run "
+        "(trace, default), a user's estimate drawn 2-10x the run and rounded (user:SEED), "
+        "or none (formats.md §3.1)",
+    )
+    p.add_argument(
         "--cycle",
         type=positive_seconds,
         default=5.0,
@@ -79,6 +90,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)
+
+
+def _limits(text: str) -> str:
+    try:
+        parse_limits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _policies(chosen: list[str] | None) -> list[str]:
@@ -130,7 +149,7 @@ def _replay(
 def run(args: argparse.Namespace) -> int:
     try:
         cluster = load_cluster(args.cluster)
-        jobs = load_trace(args.trace)
+        jobs = with_limits(load_trace(args.trace), args.limits)
         check_tiers(jobs, cluster.tiers, str(args.trace))
     except FormatError as e:
         print(f"jpushare simulate: {e}", file=sys.stderr)
@@ -154,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
 
     sys.stdout.write(
         f"{len(jobs)} jobs on {cluster.capacity_gpus} GPUs "
-        f"({len(cluster.placements)} placements), cycle {args.cycle:g}s\n"
+        f"({len(cluster.placements)} placements), cycle {args.cycle:g}s"
+        + ("" if args.limits == "trace" else f", limits {args.limits}")
+        + "\n"
     )
     sys.stdout.write(comparison_text(summaries))
     if args.out is not None:
