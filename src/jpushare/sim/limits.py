@@ -43,7 +43,8 @@ def round_up(seconds: float) -> float:
 def user_factor(rnd: random.Random) -> float:
     """A user's overestimate factor: Pareto(alpha 1.5) from 2, truncated at 10."""
     u = rnd.random()
-    return min(USER_FACTOR_MAX, USER_FACTOR_MIN * (1.0 - u) ** (-1.0 / USER_PARETO_ALPHA))
+    factor: float = USER_FACTOR_MIN * (1.0 - u) ** (-1.0 / USER_PARETO_ALPHA)
+    return min(USER_FACTOR_MAX, factor)
 
 
 def parse_limits(text: str) -> tuple[str, int | None]:
