@@ -2,7 +2,7 @@
 """One trace through Slurm's own scheduler, through JPU-Share in front of the same Slurm, and
 through the simulator: the "Slurm's own scheduler" section of docs/policy-comparison.md.
 
-    .venv/bin/python scripts/peer_compare.py STEP... [--out out/peer] [--speed 60]
+    .venv/bin/python scripts/peer_compare.py STEP... [--out out/peer] [--speed 5] [--cycle 5]
 
 Steps (run them in this order; each reads what the earlier ones wrote under --out):
 
@@ -11,10 +11,14 @@ Steps (run them in this order; each reads what the earlier ones wrote under --ou
   `FAKE_SLURM_PEER=1 scripts/slurm/start-fake-cluster.sh`), ~7 min at --speed 60;
 - `slurm-again`: the same into OUT/slurm-2 (how far Slurm agrees with itself);
 - `jpushare`: `jpushare serve` with the Slurm executor on that same peer (a fresh SQLite
-  database, 1 s cycle, port 8765) driven by `jpushare replay --speed 60`, ~7 min;
-- `jpushare-again`: the same into OUT/jpushare-2;
-- `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml with a
-  60 s cycle (the service's 1 s cycle at --speed 60), and `backfill` on the same cluster
+  database, the product's 5 s cycle in trace time, i.e. 1 s at --speed 5, SPEC decision 7,
+  port 8765) driven by `jpushare replay --speed 5`, which sends each job's time limit as
+  Slurm gets it; ~70 min at --speed 5 (a Slurm second is then one cycle);
+- `jpushare-again`: the same into OUT/jpushare-2; `jpushare-first-queued[-again]`: with
+  JPUSHARE_TOP_JOB=first-queued (the literal reading) into OUT/jpushare-first-queued[-2];
+- `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml at the
+  same cycle (and `reservation --top-job first-queued` into OUT/sim-first-queued), and
+  `backfill` on the same cluster
   with node-c's 8 GPUs as one placement (OUT/sim-pooled: what Slurm's untyped requests see);
 - `render`: the section's tables from every summary.json and jobs.csv found, written
   between the section's markers in docs/policy-comparison.md (scripts/compare_policies.py
@@ -91,10 +95,17 @@ def step_slurm(out: Path, speed: float, name: str = "slurm") -> None:
     )  # fmt: skip
 
 
-def step_simulate(out: Path, speed: float) -> None:
+def step_simulate(out: Path, speed: float, cycle_s: float = 5.0) -> None:
+    """Every policy at the service's cycle in trace time, both top-job readings of the
+    reservation policy (SPEC decision 7); `speed` no longer sets the cycle."""
     _jpushare(
         "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "all",
-        "--cycle", f"{speed:g}", "--no-plots", "--out", str(out / "sim"),
+        "--cycle", f"{cycle_s:g}", "--no-plots", "--out", str(out / "sim"),
+    )  # fmt: skip
+    _jpushare(
+        "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "reservation",
+        "--top-job", "first-queued", "--cycle", f"{cycle_s:g}", "--no-plots",
+        "--out", str(out / "sim-first-queued"),
     )  # fmt: skip
     # What Slurm's untyped requests see on node-c: its 8 GPUs as one placement.
     text = (ROOT / CLUSTER).read_text(encoding="utf-8")
@@ -107,20 +118,31 @@ def step_simulate(out: Path, speed: float) -> None:
     )
     _jpushare(
         "simulate", "--cluster", str(pooled), "--trace", TRACE, "--policy", "backfill",
-        "--cycle", f"{speed:g}", "--no-plots", "--out", str(out / "sim-pooled"),
+        "--cycle", f"{cycle_s:g}", "--no-plots", "--out", str(out / "sim-pooled"),
     )  # fmt: skip
 
 
-def step_jpushare(out: Path, speed: float, name: str = "jpushare", port: int = 8765) -> None:
-    """`jpushare serve` (Slurm executor on the peer, 1 s cycle, a fresh SQLite database)
-    driven by `jpushare replay`; the service is stopped afterwards."""
+def step_jpushare(
+    out: Path,
+    speed: float,
+    name: str = "jpushare",
+    port: int = 8765,
+    *,
+    cycle_s: float = 5.0,
+    top_job: str = "first-waiting",
+) -> None:
+    """`jpushare serve` (Slurm executor on the peer, a fresh SQLite database) driven by
+    `jpushare replay`; the service is stopped afterwards. Its cycle is `cycle_s` in trace
+    time (the product's 5 s: `cycle_s / speed` real seconds), and the replay sends each
+    job's time limit, the same Slurm gets as --time."""
     state = Path(tempfile.mkdtemp(prefix="jps-peer-serve-"))
     env = {
         **os.environ,
         "JPUSHARE_STATE_DIR": str(state),
         "JPUSHARE_EXECUTOR": "slurm",
         "SLURM_CONF": PEER_CONF,
-        "JPUSHARE_CYCLE_S": "1",
+        "JPUSHARE_CYCLE_S": f"{cycle_s / speed:g}",
+        "JPUSHARE_TOP_JOB": top_job,
         "JPUSHARE_PORT": str(port),
         "JPUSHARE_SLURM_LOG_DIR": str(state / "slurm-logs"),
         "JPUSHARE_SLURM_PREFIX": f"jpr{uuid.uuid4().hex[:5]}",
@@ -280,9 +302,19 @@ def step_render(out: Path, speed: float, template: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("steps", nargs="+", choices=("slice", "slurm", "jpushare", "simulate", "render"))
+    p.add_argument(
+        "steps",
+        nargs="+",
+        choices=(
+            "slice", "slurm", "slurm-again", "jpushare", "jpushare-again",
+            "jpushare-first-queued", "jpushare-first-queued-again", "simulate", "render",
+        ),
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=ROOT / "out" / "peer")
-    p.add_argument("--speed", type=float, default=60.0)
+    # A fair race: Slurm acts at once, to the whole second; at --speed 5 a Slurm second is
+    # 5 trace seconds, one JPU-Share cycle (--cycle 5, the product's), run at 1 s real.
+    p.add_argument("--speed", type=float, default=5.0)
+    p.add_argument("--cycle", type=float, default=5.0, help="JPU-Share's cycle, trace seconds")
     p.add_argument(
         "--template",
         type=Path,
@@ -297,12 +329,20 @@ def main(argv: list[str] | None = None) -> int:
             step_slurm(args.out, args.speed)
         elif step == "slurm-again":
             step_slurm(args.out, args.speed, "slurm-2")
-        elif step == "jpushare":
-            step_jpushare(args.out, args.speed)
-        elif step == "jpushare-again":
-            step_jpushare(args.out, args.speed, "jpushare-2")
+        elif step.startswith("jpushare"):
+            literal = "first-queued" in step
+            name = ("jpushare-first-queued" if literal else "jpushare") + (
+                "-2" if step.endswith("again") else ""
+            )
+            step_jpushare(
+                args.out,
+                args.speed,
+                name,
+                cycle_s=args.cycle,
+                top_job="first-queued" if literal else "first-waiting",
+            )
         elif step == "simulate":
-            step_simulate(args.out, args.speed)
+            step_simulate(args.out, args.speed, args.cycle)
         else:
             step_render(args.out, args.speed, args.template)
     return 0

@@ -21,6 +21,8 @@ SQLite and the local executor. Variables:
   (`jpushare.policy.peers.POLICIES`): `reservation` (SPEC §3, the default), or a peer
   (`hol-skip`, `fifo`, `backfill`) that a site runs for comparison; the API's "why", queue
   and start estimates project the same one
+- JPUSHARE_TOP_JOB: which job R2/R3 refer to (SPEC decision 7): `first-waiting` (the first
+  job of the order that cannot start in the cycle, the default) or `first-queued` (queue[0])
 
 For `JPUSHARE_EXECUTOR=local` (the local executor's limits on every run; ignored by Slurm):
 
@@ -83,6 +85,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jpushare.policy.options import TOP_JOBS, TopJob, parse_top_job
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder, parse_placement_order
 from jpushare.policy.peers import POLICIES
 
@@ -202,6 +205,7 @@ class Settings:
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
     # Per-user quotas (their own block, `load_user_quotas`).
     user_quotas: UserQuotas = field(default_factory=UserQuotas)
+    top_job: TopJob = TopJob.FIRST_WAITING  # JPUSHARE_TOP_JOB (SPEC decision 7)
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -332,7 +336,19 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ),
         connections=load_connection_settings(e),
         user_quotas=load_user_quotas(e),
+        top_job=_top_job(e),
     )
+
+
+def _top_job(e: Mapping[str, str]) -> TopJob:
+    """JPUSHARE_TOP_JOB: which job R2/R3 refer to (SPEC decision 7); default first-waiting."""
+    raw = e.get("JPUSHARE_TOP_JOB", "").strip() or TopJob.FIRST_WAITING.value
+    try:
+        return parse_top_job(raw)
+    except ValueError:
+        raise ConfigError(
+            f"JPUSHARE_TOP_JOB must be one of {', '.join(TOP_JOBS)}, not {raw!r}"
+        ) from None
 
 
 def _limit(e: Mapping[str, str], name: str, default: int, least: int, unit: str = "") -> int | None:

@@ -25,13 +25,21 @@ from jpushare.policy.model import (
 Key = tuple[str, str]
 
 
-def check_cycle(snap: Snapshot, d: Decisions) -> None:
-    """Assert every per-cycle invariant of `d` = decide(`snap`)."""
+def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") -> None:
+    """Assert every per-cycle invariant of `d` = decide(`snap`, top_job=`top_job`).
+
+    The top job is queue[0] (`first-queued`) or, by SPEC decision 7 (`first-waiting`),
+    the first job of the order that does not dispatch in this cycle."""
+    first_waiting = top_job == "first-waiting"
     tiers = {t.name: t for t in snap.tiers}
     placements = {p.key: p for p in snap.placements}
     jobs = {j.job_id: j for j in snap.queue}
     assert sorted(d.order) == sorted(jobs), "the order is a permutation of the queue"
-    top = d.order[0] if d.order else None
+    will_dispatch = {a.job_id for a in d.dispatches()}
+    if first_waiting:
+        top = next((j for j in d.order if j not in will_dispatch), None)
+    else:
+        top = d.order[0] if d.order else None
 
     # The ledger at the start of the cycle: Slurm-free GPUs minus every reservation held.
     idle: dict[Key, int] = {k: p.free for k, p in placements.items()}
@@ -57,10 +65,16 @@ def check_cycle(snap: Snapshot, d: Decisions) -> None:
             released.add(a.job_id)
             assert key == hkey and a.gpus == gpus, f"{a}: not the reservation held ({hkey}, {gpus})"
             if a.reason in (ReleaseReason.R3, ReleaseReason.R5):
-                assert not walk_started, f"{a}: R3/R5 come before the walk over the queue"
+                # Decision 7 judges R3 at the top job, in the walk; R5 always comes first.
+                if a.reason is ReleaseReason.R5 or not first_waiting:
+                    assert not walk_started, f"{a}: R3/R5 come before the walk over the queue"
                 assert a.job_id in initially_held
             if a.reason is ReleaseReason.R3:
-                assert a.job_id != top, f"{a}: R3 on the top job"
+                # (Decision 7: judged at a job above it, which may then start on the GPUs
+                # the release freed; the holder may become the top job after it.)
+                if not first_waiting:
+                    assert a.job_id != top, f"{a}: R3 on the top job"
+                assert d.order.index(a.job_id) > 0, f"{a}: R3 on the first job of the order"
             if a.reason is ReleaseReason.R5:
                 p = placements.get(key)
                 t = tiers.get(a.tier)
@@ -107,7 +121,9 @@ def check_cycle(snap: Snapshot, d: Decisions) -> None:
             idle[key] = 0
             held[a.job_id] = (key, a.gpus)
         elif isinstance(a, AbsorbReservation):
-            assert a.job_id == top and a.job_id in held, f"{a}: absorb without a reservation"
+            # (Under decision 7 a holder above the top job may fill and start.)
+            by = a.job_id == top or (first_waiting and a.job_id in will_dispatch)
+            assert by and a.job_id in held, f"{a}: absorb without a reservation"
             hkey, gpus = held[a.job_id]
             assert hkey == key, f"{a}: grows only on its own placement (R1)"
             assert 0 < a.added <= idle[key], f"{a}: absorbs GPUs that are not idle"
@@ -144,7 +160,7 @@ def check_cycle(snap: Snapshot, d: Decisions) -> None:
             assert (why.reservation.node, why.reservation.tier) == held[job_id][0]
             assert why.reservation.gpus == held[job_id][1]
         if why.code is WhyCode.WAITING_FOR_PRIORITY:
-            assert why.rank > 0 and job.num_gpus >= 2
+            assert job_id != top and job.num_gpus >= 2
         if why.code is WhyCode.BEHIND_RESERVATION:
             assert why.blocking_job_id == top and top in held
             assert why.blocking_reservation is not None

@@ -31,22 +31,30 @@ Key = tuple[str, str]
 
 
 def reference_decide(
-    snap: Snapshot, placement: str = "pack", best_idle: dict[str, int] | None = None
+    snap: Snapshot,
+    placement: str = "pack",
+    best_idle: dict[str, int] | None = None,
+    top_job: str = "first-waiting",
 ) -> tuple[tuple[str, ...], tuple[Action, ...], tuple[AccrueReservation, ...]]:
     """(queue order, actions, accruals) of one cycle, straight from SPEC §3 and §4.
 
     `placement`: "pack" (SPEC §1: best fit for dispatch) or "spread" (most idle first).
     `best_idle`, if given, receives for each job that waits the most idle GPUs on one of
     its fit placements once the cycle is done with it (SPEC §8's "why" figure).
+    `top_job`: "first-waiting" (SPEC decision 7: the first job that cannot start is the
+    top job; R3 is judged there, and the GPUs it frees are looked at again by that job
+    first) or "first-queued" (queue[0], R3 judged before the walk).
     """
     assert placement in ("pack", "spread")
+    assert top_job in ("first-waiting", "first-queued")
+    literal = top_job == "first-queued"
     now = snap.now
     tiers = {t.name: t for t in snap.tiers}
     placements = {p.key: p for p in snap.placements if p.tier in tiers}
     queue = sorted(
         snap.queue, key=lambda j: (snap.lab_usage.get(j.lab, 0.0), j.queue_entered_at, j.job_id)
     )
-    top = queue[0].job_id if queue else None
+    top = (queue[0].job_id if queue else None) if literal else None
     idle: dict[Key, int] = {k: p.free for k, p in placements.items()}
     actions: list[Action] = []
     accruals: list[AccrueReservation] = []
@@ -72,7 +80,7 @@ def reference_decide(
             or p.free < res.gpus
         ):
             actions.append(_release(job, res, ReleaseReason.R5))
-        elif job.job_id != top:
+        elif literal and job.job_id != top:
             actions.append(_release(job, res, ReleaseReason.R3))
         else:
             held[job.job_id] = res
@@ -100,12 +108,27 @@ def reference_decide(
         n = job.num_gpus
         res = held.get(job.job_id)
         available = sorted((p for p in fit(job) if idle[p.key] >= n), key=dispatch_order)
+        if not available and not literal and top is None:
+            # Decision 7: this job cannot start, so it is the top job. R3: every other
+            # reservation goes, its GPUs idle at once; the top job looks again.
+            top = job.job_id
+            for other in list(held):
+                if other != top:
+                    gone = held.pop(other)
+                    actions.append(
+                        ReleaseReservation(other, gone.node, gone.tier, gone.gpus, ReleaseReason.R3)
+                    )
+                    idle[(gone.node, gone.tier)] += gone.gpus
+            available = sorted((p for p in fit(job) if idle[p.key] >= n), key=dispatch_order)
+            if available:
+                top = None  # it starts after all: the next job that cannot is the top
         if available:  # (a)
             p = available[0]
             actions.append(Dispatch(job.job_id, p.node, p.tier, n))
             idle[p.key] -= n
             if res is not None:
                 actions.append(_release(job, res, ReleaseReason.SWAP))
+                del held[job.job_id]
                 idle[(res.node, res.tier)] += res.gpus
             continue
         if res is not None:  # (b)
@@ -121,8 +144,12 @@ def reference_decide(
                     ReleaseReservation(job.job_id, res.node, res.tier, total, ReleaseReason.FILLED)
                 )
                 idle[key] += total - n
+                del held[job.job_id]
+                if not literal:
+                    top = None  # it starts: the next job that cannot is the top
             continue
-        if i == 0 and n >= 2:  # (c)
+        is_top = i == 0 if literal else job.job_id == top
+        if is_top and n >= 2:  # (c)
             reservable = sorted((p for p in fit(job) if idle[p.key] > 0), key=reserve_order)
             if reservable:
                 p = reservable[0]

@@ -136,9 +136,10 @@ def test_stale_reservations_of_lower_jobs_go_by_r3_and_broken_ones_by_r5() -> No
     )
 
     assert d.order == ("jobA", "jobB", "jobC")
+    # R5 before the walk; R3 where the walk finds the top job (jobA cannot start: decision 7).
     assert d.actions[:2] == (
-        ReleaseReservation("jobB", "node-p", "rtx4090", 1, ReleaseReason.R3),
         ReleaseReservation("jobC", "node-q", "rtx4090", 2, R5),
+        ReleaseReservation("jobB", "node-p", "rtx4090", 1, ReleaseReason.R3),
     )
     # jobB's released GPU is idle again: 3 free - 1 kept by jobA = 2 idle, both absorbed.
     assert d.actions[2:] == (AbsorbReservation("jobA", "node-p", "rtx4090", 2, 3),)

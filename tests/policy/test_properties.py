@@ -31,6 +31,7 @@ from jpushare.policy import (
     queue_order,
 )
 from jpushare.policy.fit import fits
+from jpushare.policy.options import TopJob
 from jpushare.policy.order import PlacementOrder
 from jpushare.sim import ClusterSpec, NodeEvent, TraceJob, TraceJobState, simulate
 from jpushare.vocabulary import NodeState
@@ -49,6 +50,7 @@ NOW = 100.0
 LABS = ("BCG", "KDG", "LDB")
 # Every property holds for both dispatch orders (SPEC §1: pack, the default, and spread).
 BOTH_PLACEMENTS = pytest.mark.parametrize("placement", list(PlacementOrder))
+BOTH_TOP_JOBS = pytest.mark.parametrize("top_job", list(TopJob))
 
 
 @st.composite
@@ -137,27 +139,29 @@ def _reserve_validly(
     jobs[i] = replace(job, reservation=res)
 
 
+@BOTH_TOP_JOBS
 @BOTH_PLACEMENTS
 @CYCLE_SETTINGS
 @given(snapshots())
 def test_every_cycle_keeps_the_invariants_of_spec_section_3(
-    placement: PlacementOrder, snap: Snapshot
+    placement: PlacementOrder, top_job: TopJob, snap: Snapshot
 ) -> None:
     # Per placement: busy + dispatched + reserved <= capacity; at most one reservation,
     # the top job's, num_gpus >= 2; each dispatch on one fit placement; nobody below the
     # top job takes its reserved GPUs; every waiting job has a why.
-    check_cycle(snap, decide(snap, placement))
+    check_cycle(snap, decide(snap, placement, top_job=top_job), top_job.value)
 
 
+@BOTH_TOP_JOBS
 @BOTH_PLACEMENTS
 @CYCLE_SETTINGS
 @given(snapshots())
 def test_decide_matches_the_spec_pseudocode_transcribed_literally(
-    placement: PlacementOrder, snap: Snapshot
+    placement: PlacementOrder, top_job: TopJob, snap: Snapshot
 ) -> None:
-    d = decide(snap, placement)
+    d = decide(snap, placement, top_job=top_job)
     best_idle: dict[str, int] = {}
-    order, actions, accruals = reference_decide(snap, placement.value, best_idle)
+    order, actions, accruals = reference_decide(snap, placement.value, best_idle, top_job.value)
     assert d.order == order
     assert d.actions == actions
     assert d.accruals == accruals

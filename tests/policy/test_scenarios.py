@@ -33,6 +33,7 @@ from jpushare.policy import (
 from jpushare.policy.accounting import job_bill, reservation_accrual, run_cost
 from jpushare.policy.fit import Alternative, FitReport
 from jpushare.policy.oom import Escalation
+from jpushare.policy.options import TopJob
 from jpushare.policy.order import PlacementOrder
 from tests.constants import RTX3080TI, RTX4090, RTX5090
 from tests.policy.chain import advance, apply, charge, job
@@ -402,16 +403,22 @@ def test_s8_the_second_multi_gpu_job_does_not_reserve_and_waits_for_the_top_plac
     assert "ranked 2 of 2" in sentence and "jobA" in sentence and "2 GPUs" in sentence
     assert "0 idle" in sentence and "R2" in sentence
 
-    # jobA fills and dispatches; jobB was not the top job at the start of this cycle, so it
-    # still may not reserve in it.
+    # jobA fills and dispatches. Under decision 7 jobB, the first job that cannot start, is
+    # the top job in this same cycle (with no idle GPU to reserve); read literally (queue[0]
+    # at the start of the cycle) it was not, and waits for priority.
     snap = advance(apply(snap, d), 10.0, freed={P: 1})
     d = decide(snap)
-    assert d.actions == (
+    filled = (
         AbsorbReservation("jobA", "node-p", "rtx4090", 1, 2),
         Dispatch("jobA", "node-p", "rtx4090", 2),
         ReleaseReservation("jobA", "node-p", "rtx4090", 2, FILLED),
     )
-    assert d.why["jobB"].code is WhyCode.WAITING_FOR_PRIORITY
+    assert d.actions == filled
+    assert d.why["jobB"].code is WhyCode.WAITING_FOR_GPUS
+    assert d.why["jobB"].top_job_id == "jobB"
+    literal = decide(snap, top_job=TopJob.FIRST_QUEUED)
+    assert literal.actions == filled
+    assert literal.why["jobB"].code is WhyCode.WAITING_FOR_PRIORITY
 
     # Next cycle jobB is the top job, but P has no idle GPU to reserve.
     snap = advance(apply(snap, d), 15.0)
@@ -691,7 +698,12 @@ def test_s15_a_burst_of_jobs_from_one_lab_rotates_with_another_lab_as_usage_is_c
     d = decide(snap)
     assert d.order == ("A1", "A2", "A3", "A4", "A5", "K1", "K2")
     assert d.actions == (Dispatch("A1", "node-p", "rtx4090", 2),)
-    assert {w.code for w in d.why.values()} == {WhyCode.WAITING_FOR_PRIORITY}
+    # Decision 7: A1 starts, so A2, the first job that cannot, is the top job already.
+    assert d.why["A2"].code is WhyCode.WAITING_FOR_GPUS
+    assert {d.why[j].code for j in d.why if j != "A2"} == {WhyCode.WAITING_FOR_PRIORITY}
+    literal = decide(snap, top_job=TopJob.FIRST_QUEUED)
+    assert literal.actions == d.actions
+    assert {w.code for w in literal.why.values()} == {WhyCode.WAITING_FOR_PRIORITY}
 
     # T+5 s: A2 is the top job, but there is no idle GPU to reserve.
     snap = advance(apply(snap, d), 5.0)
@@ -762,11 +774,19 @@ def test_pack_fills_a_partly_used_node_so_a_whole_node_stays_whole_for_the_8_gpu
     assert dict(packed.why) == {}
 
     # spread: jobA -> node-b (8 idle is the most); then node-a has 3, node-b 7: no placement
-    # holds 8, and jobB is not the top job, so it may not reserve (R2): it waits.
+    # holds 8. jobA started, so jobB is the first job that cannot: the top job (decision 7),
+    # it reserves the 7 idle GPUs of node-b. Read literally (queue[0] = jobA) it may not
+    # reserve (R2): it waits.
     spread = decide(snap, SPREAD)
-    assert spread.actions == (Dispatch("jobA", "node-b", "rtx4090", 1),)
-    assert spread.why["jobB"].code is WhyCode.WAITING_FOR_PRIORITY
-    assert spread.why["jobB"].best_idle == 7  # node-b: 8 - 1
+    assert spread.actions == (
+        Dispatch("jobA", "node-b", "rtx4090", 1),
+        StartReservation("jobB", "node-b", "rtx4090", 7),
+    )
+    assert spread.why["jobB"].code is WhyCode.RESERVING
+    literal = decide(snap, SPREAD, top_job=TopJob.FIRST_QUEUED)
+    assert literal.actions == (Dispatch("jobA", "node-b", "rtx4090", 1),)
+    assert literal.why["jobB"].code is WhyCode.WAITING_FOR_PRIORITY
+    assert literal.why["jobB"].best_idle == 7  # node-b: 8 - 1
 
 
 def test_both_orders_reserve_the_most_idle_placement_and_place_the_next_job_apart() -> None:
@@ -836,3 +856,75 @@ def test_pack_breaks_ties_on_the_node_name_and_keeps_filling_the_tightest_node()
         Dispatch("j4", "node-c", "rtx4090", 1),
     )
     assert decide(snap).actions == decide(snap, PACK).actions  # pack is the default
+
+
+# SPEC decision 7: the top job is the first job of the order that cannot start ------------
+#
+# jobH (KDG, 2 GPUs) holds 1 of the 2 GPUs of node-p (the other is busy). A job of BCG,
+# the lighter lab, arrives and ranks above it. Worked by hand under both readings.
+
+HELD_ON_P = Reservation("node-p", "rtx4090", gpus=1, since=0.0, last_accrued_at=5.0)
+USAGE_7 = {"BCG": 0.0, "KDG": 1_000.0}
+
+
+def test_decision_7_a_lighter_labs_job_that_starts_elsewhere_leaves_the_reservation() -> None:
+    # node-q has 1 idle 4090: jobL (1 GPU) starts there; jobH is the first job that cannot
+    # start, so it is the top job and keeps its reservation (nothing to absorb).
+    snap = snapshot(
+        (Placement("node-p", "rtx4090", 2, busy=1), Placement("node-q", "rtx4090", 1)),
+        (queued("jobH", "KDG", 2, reservation=HELD_ON_P), queued("jobL", "BCG", 1, entered=4.0)),
+        USAGE_7,
+        now=5.0,
+    )
+    d = decide(snap)
+    assert d.order == ("jobL", "jobH")
+    assert d.actions == (Dispatch("jobL", "node-q", "rtx4090", 1),)
+    assert d.why["jobH"].code is WhyCode.RESERVING
+    assert d.why["jobH"].top_job_id == "jobH"
+    # Read literally, jobL is queue[0]: R3 releases jobH's GPU first, and jobL (best fit,
+    # a tie on 1 idle broken by the node name) starts on that very GPU.
+    literal = decide(snap, top_job=TopJob.FIRST_QUEUED)
+    assert literal.actions == (
+        ReleaseReservation("jobH", "node-p", "rtx4090", 1, R3),
+        Dispatch("jobL", "node-p", "rtx4090", 1),
+    )
+
+
+def test_decision_7_a_lighter_labs_job_that_waits_releases_the_reservation_and_reserves() -> None:
+    # jobL needs 2 GPUs and no placement has 2 idle: it is the top job; R3 releases jobH's
+    # GPU, which makes node-p 1 idle, and jobL reserves it (c). Both readings agree (S5).
+    snap = snapshot(
+        (Placement("node-p", "rtx4090", 2, busy=1),),
+        (queued("jobH", "KDG", 2, reservation=HELD_ON_P), queued("jobL", "BCG", 2, entered=4.0)),
+        USAGE_7,
+        now=5.0,
+    )
+    want = (
+        ReleaseReservation("jobH", "node-p", "rtx4090", 1, R3),
+        StartReservation("jobL", "node-p", "rtx4090", 1),
+    )
+    assert decide(snap).actions == want
+    assert decide(snap, top_job=TopJob.FIRST_QUEUED).actions == want
+    assert decide(snap).why["jobH"].code is WhyCode.WAITING_FOR_PRIORITY
+
+
+def test_decision_7_a_single_gpu_job_above_the_holder_that_waits_releases_it_and_starts() -> None:
+    # jobL (1 GPU) finds no idle GPU beside the reservation: it cannot start, so it is the
+    # top job; R3 releases jobH's GPU, idle again at once, and jobL starts on it. jobH is
+    # then the first job that cannot start, the top job, with nothing idle to reserve.
+    snap = snapshot(
+        (Placement("node-p", "rtx4090", 2, busy=1),),
+        (queued("jobH", "KDG", 2, reservation=HELD_ON_P), queued("jobL", "BCG", 1, entered=4.0)),
+        USAGE_7,
+        now=5.0,
+    )
+    d = decide(snap)
+    assert d.actions == (
+        ReleaseReservation("jobH", "node-p", "rtx4090", 1, R3),
+        Dispatch("jobL", "node-p", "rtx4090", 1),
+    )
+    assert d.why["jobH"].code is WhyCode.WAITING_FOR_GPUS
+    assert d.why["jobH"].top_job_id == "jobH"
+    literal = decide(snap, top_job=TopJob.FIRST_QUEUED)
+    assert literal.actions == d.actions
+    assert literal.why["jobH"].code is WhyCode.WAITING_FOR_PRIORITY

@@ -29,6 +29,15 @@ def test_a_plain_job_sleeps_its_scaled_duration() -> None:
     assert plan.job_command(job("a", 0, duration=90), speed=60) == "sleep 1.500"
 
 
+def test_the_trace_time_limit_is_sent_scaled_as_the_run_and_none_stays_none() -> None:
+    # An hour-rounded limit of a 90 s run at --speed 60: 60 s, as Slurm's --time gets it.
+    assert plan.time_limit_s(job("a", 0, duration=90, time_limit=3600.0), speed=60) == 60.0
+    assert plan.time_limit_s(job("b", 0, duration=90), speed=60) is None
+    # Never under the API's 1 s, never rounded below the scaled value.
+    assert plan.time_limit_s(job("c", 0, duration=5, time_limit=10.0), speed=60) == 1.0
+    assert plan.time_limit_s(job("d", 0, duration=90, time_limit=100.0), speed=60) == 1.667
+
+
 def _run(command: str, cwd: Path, job_id: int, attempt: int) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": "/usr/bin:/bin",

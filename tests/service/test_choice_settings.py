@@ -1,5 +1,6 @@
 """The settings that pick one of a few names: JPUSHARE_PLACEMENT (the dispatch order inside
-a tier) and JPUSHARE_POLICY (the policy the dispatcher runs, by its simulator name). Each is
+a tier) JPUSHARE_POLICY (the policy the dispatcher runs, by its simulator name) and JPUSHARE_TOP_JOB
+(SPEC decision 7). Each is
 read with the other settings, has a default, takes each of its choices in any case and
 spacing; a bad value stops `serve` before it starts anything, with one line naming the
 valid choices."""
@@ -15,6 +16,7 @@ import pytest
 from jpushare.cli import main
 from jpushare.config import ConfigError, Settings, load_settings
 from jpushare.policy import PlacementOrder
+from jpushare.policy.options import TopJob
 from jpushare.policy.peers import POLICIES
 
 
@@ -57,7 +59,48 @@ SETTINGS = [
         ),
         id="policy",
     ),
+    pytest.param(
+        ChoiceSetting(
+            variable="JPUSHARE_TOP_JOB",
+            read=lambda s: s.top_job,
+            default=TopJob.FIRST_WAITING,
+            choices={
+                "first-waiting": TopJob.FIRST_WAITING,
+                "first-queued": TopJob.FIRST_QUEUED,
+                " First-Queued ": TopJob.FIRST_QUEUED,
+            },
+            named="first-waiting, first-queued",
+            bad=("pivot", "queue0"),
+        ),
+        id="top-job",
+    ),
 ]
+
+
+def test_the_top_job_setting_reaches_the_policy_the_service_runs() -> None:
+    # named_policy binds it: the literal reading releases where decision 7 keeps (S-7 case).
+    from jpushare.policy.peers import named_policy
+
+    assert named_policy("reservation") is POLICIES["reservation"]
+    assert named_policy("fifo", TopJob.FIRST_QUEUED) is POLICIES["fifo"]
+    from jpushare.policy import Placement, QueuedJob, ReleaseReason, Reservation, Snapshot
+    from tests.constants import RTX4090
+
+    held = Reservation("node-p", "rtx4090", 1, 0.0, 0.0)
+    snap = Snapshot(
+        (RTX4090,),
+        (Placement("node-p", "rtx4090", 2, busy=1), Placement("node-q", "rtx4090", 1)),
+        (QueuedJob("h", "KDG", 2, 10, 0.0, held), QueuedJob("l", "BCG", 1, 10, 4.0)),
+        {"KDG": 1.0},
+        5.0,
+    )
+    released = [
+        a.reason
+        for a in named_policy("reservation", TopJob.FIRST_QUEUED)(snap).actions
+        if hasattr(a, "reason")
+    ]
+    assert released == [ReleaseReason.R3]
+    assert named_policy("reservation", TopJob.FIRST_WAITING)(snap).why["h"].reservation == held
 
 
 def _typed(value: object) -> tuple[type, object]:

@@ -97,13 +97,19 @@ def test_a_job_cancelled_while_reserving_releases_and_pays_for_its_reservation()
     result = simulate(c, [job("a", 0, 100, 2), job("b", 0, 10, 4, cancel=62)])
     b = by_id(result)["b"]
     assert b.state is TraceJobState.CANCELLED
-    # b became the top job at the cycle after a dispatched (t=5) and reserved the 2 idle GPUs.
+    # a starts at t=0, so b, the first job that cannot, is the top job in that same cycle
+    # (SPEC decision 7) and reserves the 2 idle GPUs.
     assert [(r.job_id, r.gpus, r.since, r.ended_at, r.reason) for r in result.reservations] == [
-        ("b", 2, 5.0, 62.0, ReleaseReason.CANCEL)
+        ("b", 2, 0.0, 62.0, ReleaseReason.CANCEL)
     ]
-    assert b.reservation_cost == 2 * (62 - 5) * 20.0
+    assert b.reservation_cost == 2 * 62 * 20.0
     assert b.billed == b.reservation_cost
-    assert result.lab_usage["L"] == 2 * 100 * 20.0 + 2 * 57 * 20.0
+    assert result.lab_usage["L"] == 2 * 100 * 20.0 + 2 * 62 * 20.0
+    # Read literally (queue[0] at the start of a cycle), b is the top job only at t=5.
+    literal = simulate(
+        c, [job("a", 0, 100, 2), job("b", 0, 10, 4, cancel=62)], top_job="first-queued"
+    )
+    assert [(r.since, r.ended_at) for r in literal.reservations] == [(5.0, 62.0)]
 
 
 def test_a_running_job_cancelled_stops_then_and_frees_its_gpus_at_the_next_cycle() -> None:
@@ -154,7 +160,7 @@ def test_a_node_failure_releases_the_reservation_on_it_by_r5() -> None:
     assert (first.job_id, first.gpus, first.since, first.ended_at, first.reason) == (
         "y",
         2,
-        5.0,
+        0.0,  # x starts at t=0: y is the top job in the same cycle (SPEC decision 7)
         100.0,
         ReleaseReason.R5,
     )

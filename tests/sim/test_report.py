@@ -91,9 +91,9 @@ def test_the_summary_counts_reservations_by_how_they_ended() -> None:
         "started": 1,
         "ended": {"filled": 0, "swap": 0, "r3": 0, "r5": 0, "cancel": 1},
         "held_at_end": 0,
-        "mean_hold_s": 57.0,
+        "mean_hold_s": 62.0,  # from t=0 (SPEC decision 7) to the cancel
     }
-    assert s["reserved_fraction"] == pytest.approx(2 * 57 / (4 * 100))
+    assert s["reserved_fraction"] == pytest.approx(2 * 62 / (4 * 100))
     assert s["states"] == {"COMPLETED": 1, "FAILED": 0, "CANCELLED": 1, "REJECTED": 0}
     for key in ("policy", "jobs", "makespan_s", "wait_s", "lab_usage", "jain_fairness", "wall_s"):
         assert key in s
@@ -104,11 +104,12 @@ def test_the_watch_list_counts_a_cancelled_reservation_as_failed_and_its_cost_as
     w = summary(simulate(c, [job("a", 0, 100, 2, lab="A"), job("b", 0, 10, 4, "B", cancel=62)]))[
         "watch"
     ]
-    # b reserves a's two idle GPUs from the 5 s cycle; its cancel at 62 s releases them.
+    # b reserves the two GPUs a leaves idle from t=0 (decision 7); its cancel at 62 s
+    # releases them.
     assert w["reservations"]["failed"] == 1 and w["reservations"]["failed_rate"] == 1.0
     assert w["reservations_by_lab"] == {"B": w["reservations"]}
-    assert w["hold_s"] == {"count": 1, "mean": 57.0, "p95": 57.0, "max": 57.0}
-    held = 2 * 57 * 20.0  # mid = 20 TFLOPS
+    assert w["hold_s"] == {"count": 1, "mean": 62.0, "p95": 62.0, "max": 62.0}
+    held = 2 * 62 * 20.0  # mid = 20 TFLOPS
     run = 2 * 100 * 20.0
     assert w["usage"] == {
         "ended_jobs": 2,

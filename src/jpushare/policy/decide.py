@@ -29,6 +29,7 @@ from jpushare.policy.model import (
     Snapshot,
     StartReservation,
 )
+from jpushare.policy.options import TopJob
 from jpushare.policy.order import PlacementOrder, idle_index_of
 from jpushare.policy.why import ClassView, WhyTable
 
@@ -92,20 +93,29 @@ def rank_queue(
     return ranked, tuple(map(_JOB_ID, ranked))
 
 
-def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK) -> Decisions:
+def decide(
+    snapshot: Snapshot,
+    placement_order: PlacementOrder = PlacementOrder.PACK,
+    *,
+    top_job: TopJob = TopJob.FIRST_WAITING,
+) -> Decisions:
     """One dispatch cycle (SPEC §3). The steps are numbered as in the spec's pseudocode.
 
     `placement_order` is where (a) dispatches inside a tier (SPEC §1): best fit (`PACK`,
     the spec's rule) or most idle first (`SPREAD`); (c) reserves most idle first either way.
+    `top_job` is the job R2 and R3 refer to (SPEC decision 7): the first job of the order
+    that cannot start in this cycle (`FIRST_WAITING`, the rule), or queue[0] (`FIRST_QUEUED`).
     """
     now = snapshot.now
     tiers = {t.name: t for t in snapshot.tiers}
     index = idle_index_of(snapshot.tiers, snapshot.placements)
     by_key = index.placements
+    first_waiting = top_job is TopJob.FIRST_WAITING
 
-    # 1. The queue in fair-share order.
+    # 1. The queue in fair-share order. Under decision 7 the top job is found in the walk
+    # (4): until then `top_id` is empty.
     queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
-    top_id = order[0] if order else ""
+    top_id = "" if first_waiting else (order[0] if order else "")
 
     actions: list[Action] = []
     accruals: list[AccrueReservation] = []
@@ -132,7 +142,7 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
             actions.append(
                 ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R5)
             )
-        elif job.job_id != top_id:
+        elif not first_waiting and job.job_id != top_id:
             actions.append(
                 ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R3)
             )
@@ -167,10 +177,28 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                 blocker = blocking
         return ClassView(index.generation, index.best_idle(n, m), c[0], c[1], blocker)
 
+    def release_others(top: str) -> bool:
+        """SPEC decision 7's R3, judged at the top job: release every reservation but its
+        own; their GPUs are idle again at once (the top job may take them first)."""
+        nonlocal blocking
+        released = False
+        for holder, hres in list(kept.items()):
+            if holder != top:
+                actions.append(
+                    ReleaseReservation(holder, hres.node, hres.tier, hres.gpus, ReleaseReason.R3)
+                )
+                index.add((hres.node, hres.tier), hres.gpus)
+                del kept[holder]
+                released = True
+        own = kept.get(top)
+        blocking = (top, own) if own is not None else None
+        return released
+
     # 4. Walk the whole queue. Below the top job no job holds a reservation (R3 released
     # them all) and only a dispatch changes idle GPUs, so a job whose (size, minimum tier)
     # class found nothing since the last dispatch finds nothing again: `known_misses`
-    # holds those classes' views, and every dispatch empties it.
+    # holds those classes' views, and every dispatch empties it. (Under decision 7 the
+    # first job that misses becomes the top job, so no class is known before it.)
     known_misses: dict[tuple[int, int], ClassView] = {}
     for i, job in enumerate(queue):
         n = job.num_gpus
@@ -180,8 +208,19 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
             raw[job.job_id] = (i, n, missed, None)
             continue
         m = cls[1]
-        res = kept.get(job.job_id) if i == 0 else None
+        # Decision 7: a holder above the top job may still fill or swap; read literally
+        # only queue[0] can hold one here.
+        res = kept.get(job.job_id) if first_waiting or i == 0 else None
         key = index.first_to_dispatch(placement_order, n, m)
+        if key is None and first_waiting and not top_id:
+            # Decision 7: the first job that cannot start is the top job; R3 releases the
+            # others' reservations, and it looks again at the GPUs they held. If it starts
+            # on them, the top job is still to be found (R2: the next that cannot start).
+            top_id = job.job_id
+            if release_others(top_id):
+                key = index.first_to_dispatch(placement_order, n, m)
+            if key is not None:
+                top_id = ""
         if key is not None:
             # (a) some fit placement has enough idle GPUs: dispatch on the first (SPEC §1).
             actions.append(Dispatch(job.job_id, key[0], key[1], n))
@@ -194,8 +233,11 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                     ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.SWAP)
                 )
                 index.add(rkey, res.gpus)
+                del kept[job.job_id]
                 blocking = None
             known_misses.clear()
+            if first_waiting and job.job_id == top_id:
+                top_id = ""
             continue
         if res is not None:
             # (b) grow the reservation with idle GPUs of its own placement.
@@ -217,10 +259,13 @@ def decide(snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.
                     )
                 )
                 index.add(rkey, res.gpus - n)
+                del kept[job.job_id]
                 blocking = None
                 known_misses.clear()
+                if first_waiting:
+                    top_id = ""  # it starts: the top job is the next that cannot (R2)
                 continue
-        elif i == 0 and n >= 2:
+        elif (job.job_id == top_id if first_waiting else i == 0) and n >= 2:
             # (c) the top multi-GPU job reserves every idle GPU of the first fit placement
             # in reserve order (SPEC §1: most idle first, whatever the dispatch order).
             pick = index.first_to_reserve(n, m)

@@ -30,6 +30,7 @@ from jpushare.policy.model import (
     Snapshot,
     Tier,
 )
+from jpushare.policy.options import TopJob
 from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
@@ -310,3 +311,19 @@ POLICIES: dict[str, NamedPolicy] = {
     "backfill": backfill,
 }
 """Every policy the simulator can run, by its CLI name. `reservation` is SPEC §3 itself."""
+
+
+def named_policy(name: str, top_job: TopJob = TopJob.FIRST_WAITING) -> NamedPolicy:
+    """The policy of `POLICIES` called `name`, with the reservation policy's top-job
+    reading bound (SPEC decision 7); the peers have no top job and are returned as is."""
+    policy = POLICIES[name]
+    if policy is decide and top_job is not TopJob.FIRST_WAITING:
+
+        def literal(
+            snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
+        ) -> Decisions:
+            return decide(snapshot, placement_order, top_job=top_job)
+
+        literal.__name__ = "decide"
+        return literal
+    return policy

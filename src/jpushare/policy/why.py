@@ -31,8 +31,17 @@ class ClassView(NamedTuple):
     # this class could otherwise use
 
 
-def classify(rank: int, num_gpus: int, view: ClassView, reservation: Reservation | None) -> WhyCode:
-    """The reason code; the first matching case wins."""
+def classify(
+    rank: int,
+    num_gpus: int,
+    view: ClassView,
+    reservation: Reservation | None,
+    *,
+    top: bool | None = None,
+) -> WhyCode:
+    """The reason code; the first matching case wins. `top`: whether the job is the top
+    job (SPEC decision 7: not always rank 0); None reads it as rank 0."""
+    is_top = rank == 0 if top is None else top
     if view.fit_placements == 0:
         return WhyCode.NO_FIT_PLACEMENT
     if view.schedulable_fit_placements == 0:
@@ -41,7 +50,7 @@ def classify(rank: int, num_gpus: int, view: ClassView, reservation: Reservation
         return WhyCode.RESERVING
     if view.blocker is not None:
         return WhyCode.BEHIND_RESERVATION
-    if rank > 0 and num_gpus >= 2:
+    if not is_top and num_gpus >= 2:
         return WhyCode.WAITING_FOR_PRIORITY
     return WhyCode.WAITING_FOR_GPUS
 
@@ -63,7 +72,7 @@ class WhyTable(Mapping[str, Why]):
 
     def __getitem__(self, job_id: JobId) -> Why:
         rank, num_gpus, view, reservation = self._raw[job_id]
-        code = classify(rank, num_gpus, view, reservation)
+        code = classify(rank, num_gpus, view, reservation, top=job_id == self._top_job_id)
         blocker = view.blocker if code is WhyCode.BEHIND_RESERVATION else None
         return Why(
             job_id=job_id,
@@ -158,7 +167,7 @@ def render(why: Why, at: TimeFormat = clock_time) -> str:
             f"placement and the best of its {why.schedulable_fit_placements} fit placements "
             f"has {why.best_idle} idle; only the top job may reserve GPUs (R2)."
         )
-    top = "It is the top job" if why.rank == 0 else f"It is {rank}"
+    top = "It is the top job" if why.job_id == why.top_job_id else f"It is {rank}"
     return (
         f"{top}; it needs {gpus(n)} on one placement and the best of its "
         f"{why.schedulable_fit_placements} fit placements has {why.best_idle} idle."

@@ -14,6 +14,7 @@ exit 1, which every executor reads as an OOM) or `<attempt>.ok` (exit 0).
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -66,6 +67,15 @@ def actions(jobs: Sequence[TraceJob], speed: float) -> list[Action]:
 def sleep_s(job: TraceJob, speed: float) -> str:
     """The scaled duration as `sleep` takes it (millisecond resolution)."""
     return f"{scaled(job.duration, speed):.3f}"
+
+
+def time_limit_s(job: TraceJob, speed: float) -> float | None:
+    """The trace's `time_limit`, scaled as the run is, for the service to enforce (the
+    same limit Slurm gets in a race, so both schedulers know the same); None when the
+    trace gives none. At least 1 s, the API's least, so it never ends before the run."""
+    if job.time_limit is None:
+        return None
+    return max(1.0, math.ceil(scaled(job.time_limit, speed) * 1000) / 1000)
 
 
 def marker(service_id: int, attempt: int, oom: bool) -> str:

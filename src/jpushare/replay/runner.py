@@ -209,6 +209,7 @@ class Replay:
                 plan.job_command(job, self.o.speed),
                 job.num_gpus,
                 min_tier=job.min_tier,
+                time_limit_s=plan.time_limit_s(job, self.o.speed),
                 workdir=str(self.o.workdir),
                 environment={"PATH": "/usr/local/bin:/usr/bin:/bin"},
                 output_path="jpushare-%j.out",

@@ -46,7 +46,7 @@ def create_worker_app() -> FastAPI:
     from jpushare.api.app import create_app
     from jpushare.config import load_settings
     from jpushare.formats.cluster_file import load_cluster
-    from jpushare.policy.peers import POLICIES
+    from jpushare.policy.peers import named_policy
     from jpushare.service.account_rule import served_account
     from jpushare.service.serve import build_executor
     from jpushare.store.observations import load_observed_busy
@@ -66,7 +66,7 @@ def create_worker_app() -> FastAPI:
         user_quotas=settings.user_quotas,
         only_unix_user=served_account(settings.executor),
         placement_order=settings.placement_order,
-        policy=POLICIES[settings.policy],
+        policy=named_policy(settings.policy, settings.top_job),
     )
 
 

@@ -49,7 +49,7 @@ from jpushare.executors.base import Executor
 from jpushare.executors.slurm import SlurmExecutor
 from jpushare.formats.cluster_file import ClusterSpec, load_cluster
 from jpushare.llm_router import router_for
-from jpushare.policy.peers import POLICIES
+from jpushare.policy.peers import named_policy
 from jpushare.service.account_rule import check_service_account
 from jpushare.service.dispatch_health import HealthRecorder, counting
 from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty, load_cluster_spec
@@ -288,7 +288,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             counting(executor, health.executor_failed),
             router,
             placement_order=settings.placement_order,
-            policy=POLICIES[settings.policy],
+            policy=named_policy(settings.policy, settings.top_job),
         )
         if settings.policy != DEFAULT_POLICY:
             log.warning(
@@ -332,7 +332,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 user_quotas=settings.user_quotas,
                 only_unix_user=only_account,
                 placement_order=settings.placement_order,
-                policy=POLICIES[settings.policy],
+                policy=named_policy(settings.policy, settings.top_job),
                 cycle_s=settings.cycle_s,
             )
             assert limits is not None

@@ -2,7 +2,9 @@
 
     jpushare simulate --cluster CLUSTER.yaml --trace TRACE.csv
                       [--policy reservation|hol-skip|fifo|backfill|all]...
-                      [--placement pack|spread]... [--cycle 5] [--out DIR]
+                      [--placement pack|spread]... [--top-job first-waiting|first-queued]
+                      [--limits exact|trace|user:SEED|none]
+                      [--cycle 5] [--out DIR]
 
 Every policy runs under every placement order given (SPEC §1: `pack`, best fit, the
 default; `spread`, most idle first); each run is labelled "<policy>/<placement>". One run
@@ -23,9 +25,11 @@ from jpushare.formats.arguments import add_trace_arguments, positive_seconds
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.formats.errors import FormatError
 from jpushare.formats.trace_file import check_tiers, load_trace
+from jpushare.policy.options import TOP_JOBS, TopJob
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.engine import SimResult, simulate
+from jpushare.sim.limits import parse_limits, with_limits
 from jpushare.sim.report import comparison_text, summary, write_comparison, write_outputs
 
 EXIT_OK = 0
@@ -55,6 +59,22 @@ def register(subparsers: Any) -> None:
         "first); repeat it to compare",
     )
     p.add_argument(
+        "--top-job",
+        choices=TOP_JOBS,
+        default=TopJob.FIRST_WAITING.value,
+        help="which job R2/R3 refer to (SPEC decision 7): first-waiting (the first job that "
+        "cannot start, default) or first-queued (queue[0], the note's literal reading)",
+    )
+    p.add_argument(
+        "--limits",
+        type=_limits,
+        default="trace",
+        metavar="exact|trace|user:SEED|none",
+        help="the jobs' time limits: the run (exact), the trace's time_limit or the run "
+        "(trace, default), a user's estimate drawn 2-10x the run and rounded (user:SEED), "
+        "or none (formats.md §3.1)",
+    )
+    p.add_argument(
         "--cycle",
         type=positive_seconds,
         default=5.0,
@@ -70,6 +90,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)
+
+
+def _limits(text: str) -> str:
+    try:
+        parse_limits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _policies(chosen: list[str] | None) -> list[str]:
@@ -114,13 +142,14 @@ def _replay(
             placement=placement,
             every_cycle=args.every_cycle,
             progress=progress,
+            top_job=args.top_job,
         )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         cluster = load_cluster(args.cluster)
-        jobs = load_trace(args.trace)
+        jobs = with_limits(load_trace(args.trace), args.limits)
         check_tiers(jobs, cluster.tiers, str(args.trace))
     except FormatError as e:
         print(f"jpushare simulate: {e}", file=sys.stderr)
@@ -144,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
 
     sys.stdout.write(
         f"{len(jobs)} jobs on {cluster.capacity_gpus} GPUs "
-        f"({len(cluster.placements)} placements), cycle {args.cycle:g}s\n"
+        f"({len(cluster.placements)} placements), cycle {args.cycle:g}s"
+        + ("" if args.limits == "trace" else f", limits {args.limits}")
+        + "\n"
     )
     sys.stdout.write(comparison_text(summaries))
     if args.out is not None:

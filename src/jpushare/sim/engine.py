@@ -88,13 +88,21 @@ from jpushare.policy.model import (
     Tier,
 )
 from jpushare.policy.oom import escalate
+from jpushare.policy.options import TopJob, parse_top_job
 from jpushare.policy.order import (
     IdleIndex,
     IndexedPlacements,
     PlacementOrder,
     parse_placement_order,
 )
-from jpushare.policy.peers import POLICIES, IndexedRunning, NamedPolicy, Policy, RunningEnds
+from jpushare.policy.peers import (
+    POLICIES,
+    IndexedRunning,
+    NamedPolicy,
+    Policy,
+    RunningEnds,
+    named_policy,
+)
 from jpushare.vocabulary import JobId, NodeState
 
 Key = tuple[str, str]  # (node, tier)
@@ -225,14 +233,16 @@ def simulate(
     observer: Observer | None = None,
     every_cycle: bool = False,
     progress: Progress | None = None,
+    top_job: TopJob | str = TopJob.FIRST_WAITING,
 ) -> SimResult:
-    """Replay `jobs` on `cluster` under `policy` (see the module docstring)."""
+    """Replay `jobs` on `cluster` under `policy` (see the module docstring). `top_job`:
+    the reservation policy's top-job reading (SPEC decision 7; ignored by the peers)."""
     order = parse_placement_order(str(placement))
     fn: Policy
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-        name, named = policy, POLICIES[policy]
+        name, named = policy, named_policy(policy, parse_top_job(str(top_job)))
 
         def fn(snapshot: Snapshot) -> Decisions:
             return named(snapshot, order)
