@@ -1,8 +1,10 @@
 """The trace simulator's engine: replay a trace through one policy on a simulated clock.
 
-This module holds the state machine only (jobs, placements, reservations, lab usage, an
-event heap). Reading CLUSTER.yaml / TRACE.csv lives in `cluster_file` / `trace_file`;
-writing jobs.csv, summary.json and plots lives in `report` / `plots`.
+This module is the simulator's public API; the state machine behind it lives in `loop`
+(the event loop, the policy's actions, the accounting), `jobs` (per-job and per-lab
+state) and `results` (what a run returns, re-exported here). Reading CLUSTER.yaml /
+TRACE.csv lives in `cluster_file` / `trace_file`; writing jobs.csv, summary.json and
+plots lives in `report` / `plots`.
 
 Public API
 ----------
