@@ -211,3 +211,20 @@ def test_the_favicon_is_served_and_linked_from_every_page(api: ApiWorld) -> None
     signed_in(api)
     assert 'rel="icon" href="/static/web/favicon.svg"' in api.client.get("/").text
     assert api.client.get("/static/web/favicon.svg").status_code == 200
+
+
+def test_one_format_per_kind_for_the_cli_the_pages_and_the_csv() -> None:
+    """README, "Number formats": the issue's one cost read 8.43k, 8,426 and
+    8425.509185791016 in three places."""
+    from datetime import UTC, datetime
+
+    from jpushare.client.formatting import amount, csv_number, duration, timestamp
+    from jpushare.web import render
+
+    cost = 8425.509185791016
+    assert amount(cost) == render.tflops(cost) == "8,426"
+    assert (amount(12.5), amount(0.25), amount(0)) == ("12.5", "0.25", "0")
+    assert csv_number(cost) == "8425.509" and csv_number(None) == ""
+    assert render.duration(750) == duration(750) == "12.5m"
+    at = datetime(2026, 1, 5, 9, 0, 5, tzinfo=UTC)
+    assert render.utc(at) == timestamp(at) == "2026-01-05 09:00:05 UTC"
