@@ -83,7 +83,7 @@ def test_jobs_shows_elapsed_and_time_left_and_writes_csv_with_stable_columns(
     table = list(csv.DictReader(io.StringIO(out)))
     assert tuple(csv.DictReader(io.StringIO(out)).fieldnames or ()) == CSV_COLUMNS
     assert [r["id"] for r in table] == ["2", "1"]
-    assert table[1]["elapsed_s"] == "600.0" and table[1]["started_at"] == "2026-01-05T09:00:00Z"
+    assert table[1]["elapsed_s"] == "600.000" and table[1]["started_at"] == "2026-01-05T09:00:00Z"
     assert table[0]["state"] == "DISPATCHED" and table[0]["elapsed_s"] == ""
     code, out, _ = cli(served, "alice", "jobs", "--format", "csv", "--until",
                        "2026-01-05T08:00:00Z", capsys=capsys)  # fmt: skip

@@ -21,6 +21,7 @@ from jpushare.client.formatting import (
     ago,
     amount,
     clean,
+    csv_number,
     duration,
     parse_time,
     state_label,
@@ -37,7 +38,8 @@ ACTIVE_STATES = (QUEUED, *LIVE_STATES)
 
 # `jobs --format csv`: one row per job, these columns in this order (a lab's monthly
 # report reads them by name; new columns are only ever appended). Times are ISO 8601 UTC,
-# empty when unknown; costs are TFLOP-seconds; elapsed_s is the run so far (or in all).
+# empty when unknown; costs are TFLOP-seconds; elapsed_s is the run so far (or in all);
+# fractional numbers have at most three decimals (`formatting.csv_number`).
 CSV_COLUMNS: tuple[str, ...] = (
     "id",
     "name",
@@ -135,8 +137,17 @@ def jobs_csv(jobs: Sequence[JSON], out: TextIO, now: datetime) -> None:
     writer.writerow(CSV_COLUMNS)
     for j in jobs:
         ran = elapsed_s(j, now)
-        row = {**j, "elapsed_s": None if ran is None else round(ran, 3)}
-        writer.writerow(["" if row.get(c) is None else row[c] for c in CSV_COLUMNS])
+        row = {**j, "elapsed_s": ran}
+        writer.writerow([_csv_cell(row.get(c)) for c in CSV_COLUMNS])
+
+
+def _csv_cell(value: object) -> object:
+    """Numbers in the one CSV format (`csv_number`: 3 decimals); '' for unknown."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return csv_number(value)
+    return value
 
 
 def _where(job: JSON) -> str:
