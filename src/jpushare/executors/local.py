@@ -108,6 +108,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from jpushare.executors.backfill_servers import backfill_dir, record_yield, stop_servers
 from jpushare.executors.base import (
     JOB_VARIABLES,
     GpuGroup,
@@ -585,6 +586,7 @@ class LocalExecutor:
         paths = self._paths(key)
         if rec.launch is None:  # accepted by a version before the wrapper took a launch
             raise OSError(f"run {key} has no launch record (accepted by an older version)")
+        self._yield_backfill(rec)
         if self.cgroups.usable:
             self._make_cgroup(rec)
         try:
@@ -609,6 +611,43 @@ class LocalExecutor:
         rec.leader_start_ticks = start_ticks(proc.pid)
         self._save(rec)
         log.info("started %s (pgid %d) on %s GPUs %s", key, proc.pid, rec.node, rec.gpu_indices)
+
+    def _yield_backfill(self, rec: _Record) -> None:
+        """Stop the LLM backfill servers on the run's GPUs (`backfill_servers`): the job
+        starts once they are gone, after at most their grace."""
+        directory = backfill_dir(self.state_dir)
+        done = stop_servers(directory, rec.node, rec.gpu_indices, reason=rec.job_id)
+        if done.keys:
+            record_yield(directory, done)
+            log.info(
+                "job %s: backfill on %s GPUs %s yielded in %.2fs%s",
+                rec.job_id,
+                rec.node,
+                rec.gpu_indices,
+                done.seconds,
+                f" (killed after the grace: {', '.join(done.killed)})" if done.killed else "",
+            )
+
+    def planned_gpus(self, spec: LaunchSpec) -> list[int] | None:
+        """The GPU indices `submit(spec)` would give now (None: it would refuse): what a
+        yield request to the lab's router names."""
+        with self._locked():
+            held = self._held()
+        free = [
+            g.index
+            for g in self.gpus
+            if g.node == spec.node and g.gpu_type == spec.gpu_type and (g.node, g.index) not in held
+        ]
+        return free[: spec.num_gpus] if len(free) >= spec.num_gpus else None
+
+    @contextlib.contextmanager
+    def backfill_slot(self) -> Iterator[list[LocalGpu]]:
+        """Under the executor's lock, the GPUs no unended run holds: the backfill keeper
+        starts its servers inside this block, so no job is given them meanwhile."""
+        with self._locked():
+            self._observe_all()
+            held = self._held()
+            yield [g for g in self.gpus if (g.node, g.index) not in held]
 
     def _make_cgroup(self, rec: _Record) -> None:
         """The run's cgroup, made and written into its record before the wrapper starts
