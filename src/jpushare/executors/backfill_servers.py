@@ -103,7 +103,7 @@ def save(directory: Path, rec: ServerRecord) -> None:
 def load_all(directory: Path) -> list[ServerRecord]:
     """Every server record there (a file being replaced this instant is skipped)."""
     out = []
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted(directory.glob("*~*.json")):  # not the totals files
         try:
             out.append(ServerRecord.from_json(json.loads(path.read_text())))
         except (OSError, ValueError, TypeError):
