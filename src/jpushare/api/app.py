@@ -59,7 +59,7 @@ from jpushare.api.errors import install_error_handlers
 from jpushare.api.estimates import StartEstimateCache
 from jpushare.api.figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
-from jpushare.api.routes import admin, cluster, jobs, service, stats
+from jpushare.api.routes import admin, backfill, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
 from jpushare.config import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -187,6 +187,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=max_body_bytes, timeout_s=body_timeout_s)
     for router in (jobs.router, cluster.router, stats.router, admin.router, service.router):
         app.include_router(router)
+    app.include_router(backfill.router)  # GET /v1/backfill (issue 22)
     from jpushare.web import install_web  # here: jpushare.web imports the API's routes
 
     install_web(app)

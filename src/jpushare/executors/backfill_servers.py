@@ -233,9 +233,11 @@ def record_yield(directory: Path, done: Yielded) -> None:
     os.replace(tmp, path)
 
 
-def read_yield_stats(directory: Path) -> dict[str, float]:
+def read_yield_stats(directory: Path | None) -> dict[str, float]:
     """The yield totals so far (zeros when none was recorded)."""
     stats = {"count": 0.0, "gpus": 0.0, "seconds_sum": 0.0, "seconds_max": 0.0, "killed": 0.0}
+    if directory is None:
+        return stats
     try:
         stored = json.loads((directory / YIELD_STATS).read_text())
     except (OSError, ValueError):
@@ -259,7 +261,9 @@ class Usage:
     since: float | None = None
 
 
-def read_usage(directory: Path) -> Usage:
+def read_usage(directory: Path | None) -> Usage:
+    if directory is None:
+        return Usage()
     try:
         data = json.loads((directory / USAGE_FILE).read_text())
     except (OSError, ValueError):
