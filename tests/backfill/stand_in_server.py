@@ -1,7 +1,7 @@
 """A stand-in for vLLM: an OpenAI-compatible server the backfill tests (and `make run`) start.
 
 It holds its GPUs as a real server would: for each index in CUDA_VISIBLE_DEVICES' source,
-JPUSHARE_GPUS, an exclusive flock on `<markers>/gpu<N>` (and, with --devices, an open
+JPUSHARE_GPUS, an exclusive flock on `<markers>/<JPUSHARE_NODE>-gpu<N>` (and, with --devices, an open
 descriptor on `<devices>/nvidia<N>`), taken before it answers and kept until it exits.
 A second holder of one of them exits 3 at once: a test job that flocks the same marker
 non-blocking fails while a server still holds it. It answers GET /v1/models and GET /health.
@@ -61,12 +61,17 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
 
+def marker_name(gpu: str) -> str:
+    """`<node>-gpu<N>`: one file per GPU of the machine's (declared) nodes."""
+    return f"{os.environ.get('JPUSHARE_NODE', 'node')}-gpu{gpu}"
+
+
 def hold_gpus(markers: Path | None, devices: Path | None, gpus: list[str]) -> list[int]:
     """Open and lock what the GPUs stand for; exit 3 if another process holds one."""
     fds = []
     for g in gpus:
         if markers is not None:
-            fd = os.open(markers / f"gpu{g}", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(markers / marker_name(g), os.O_RDWR | os.O_CREAT, 0o666)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

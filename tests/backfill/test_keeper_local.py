@@ -49,7 +49,7 @@ def test_every_free_gpu_gets_a_server_that_answers_and_holds_its_gpu(rig: Backfi
     answers = rig.wait_serving([rig.port(i) for i in range(4)])
     assert sorted(a["data"][0]["gpus"] for a in answers.values()) == ["0", "1", "2", "3"]  # type: ignore[index]
     # Each holds its marker: a second holder is refused.
-    held = subprocess.run(["flock", "-n", str(rig.markers / "gpu2"), "true"], check=False)
+    held = subprocess.run(["flock", "-n", str(rig.markers / "ws1-gpu2"), "true"], check=False)
     assert held.returncode == 1
     # SPEC §1: the GPUs are free for research, and no server is a run.
     assert [g.used for g in rig.executor.inventory()] == [0]
