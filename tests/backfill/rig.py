@@ -118,7 +118,8 @@ class BackfillRig:
     def job(self, job_id: str, num_gpus: int, extra: str = "") -> LaunchSpec:
         """A research job that fails (exit 3) if any marker of its GPUs is still held."""
         check = (
-            f"for g in ${{JPUSHARE_GPUS//,/ }}; do flock -n {self.markers}/$JPUSHARE_NODE-gpu$g true "
+            f"for g in ${{JPUSHARE_GPUS//,/ }}; do "
+            f"flock -n {self.markers}/$JPUSHARE_NODE-gpu$g true "
             '|| { echo "HELD $g"; exit 3; }; done; echo "FREE $JPUSHARE_GPUS"' + extra
         )
         return LaunchSpec(job_id, 1, job_id, check, NODE, "rtx4090", num_gpus)

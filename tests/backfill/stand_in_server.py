@@ -1,8 +1,9 @@
 """A stand-in for vLLM: an OpenAI-compatible server the backfill tests (and `make run`) start.
 
 It holds its GPUs as a real server would: for each index in CUDA_VISIBLE_DEVICES' source,
-JPUSHARE_GPUS, an exclusive flock on `<markers>/<JPUSHARE_NODE>-gpu<N>` (and, with --devices, an open
-descriptor on `<devices>/nvidia<N>`), taken before it answers and kept until it exits.
+JPUSHARE_GPUS, an exclusive flock on `<markers>/<JPUSHARE_NODE>-gpu<N>` (and, with
+--devices, an open descriptor on `<devices>/nvidia<N>`), taken before it answers and kept
+until it exits.
 A second holder of one of them exits 3 at once: a test job that flocks the same marker
 non-blocking fails while a server still holds it. It answers GET /v1/models and GET /health.
 
