@@ -67,6 +67,12 @@ def test_the_running_servers_are_listed_and_a_yielded_one_is_not(
         assert sorted(tuple(s["gpus"]) for s in body["data"]) == [(2,), (3,)]
         assert (body["yields"]["count"], body["yields"]["gpus"]) == (1, 2)
         assert body["yields"]["max_seconds"] is not None
+        keeper.tick()  # GPU-seconds: from the first tick to this one
+        scraped = api.client.get("/metrics").text
+        assert "jpushare_backfill_servers 2.0" in scraped
+        assert "jpushare_backfill_yield_seconds_count 1.0" in scraped
+        assert 'jpushare_backfill_gpu_seconds_total{on="idle"}' in scraped
+        assert "jpushare_idle_gpu_seconds_total 0.0" in scraped
         # A server told to stop is not listed from that moment.
         rec = next(r for r in load_all(backfill_dir(executor.state_dir)) if r.gpu_indices == [3])
         rec.state = STOPPING

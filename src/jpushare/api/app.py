@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from fastapi import FastAPI
@@ -157,6 +158,9 @@ def create_app(
             return metric_figures(session, placements, now=clock())
 
     service_metrics.collect_figures_from(read_figures)
+    keeper_dir = backfill.keeper_dir_of(executor)
+    if keeper_dir is not None:  # the LLM backfill figures (issue 22)
+        service_metrics.collect_backfill_from(partial(backfill.backfill_figures, keeper_dir))
 
     app = FastAPI(
         title="JPU-Share",

@@ -28,6 +28,7 @@ from jpushare.executors.backfill_servers import (
     read_usage,
     read_yield_stats,
 )
+from jpushare.metrics import BackfillFigures
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -114,10 +115,30 @@ def backfill_public(directory: Path | None) -> BackfillPublic:
     )
 
 
-def keeper_dir(ctx: ContextDep) -> Path | None:
-    """The backfill directory of the app's local executor, if it has one."""
-    state_dir = getattr(ctx.executor, "state_dir", None)
+def keeper_dir_of(executor: object) -> Path | None:
+    """The backfill directory of a local executor (None: another executor, or none)."""
+    state_dir = getattr(executor, "state_dir", None)
     return backfill_dir(state_dir) if isinstance(state_dir, Path) else None
+
+
+def keeper_dir(ctx: ContextDep) -> Path | None:
+    return keeper_dir_of(ctx.executor)
+
+
+def backfill_figures(directory: Path) -> BackfillFigures:
+    """What /metrics exports about backfill (`metrics.BackfillCollector`)."""
+    stats = read_yield_stats(directory)
+    usage = read_usage(directory)
+    return BackfillFigures(
+        servers=sum(1 for r in load_all(directory) if r.state == RUNNING),
+        reserved_gpu_s=usage.backfill_reserved_gpu_s,
+        idle_served_gpu_s=usage.backfill_idle_gpu_s,
+        idle_gpu_s=usage.idle_gpu_s,
+        yields=int(stats["count"]),
+        yield_seconds_sum=stats["seconds_sum"],
+        yield_seconds_max=stats["seconds_max"],
+        killed=int(stats["killed"]),
+    )
 
 
 @router.get("/backfill", responses=_ERRORS)
