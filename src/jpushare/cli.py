@@ -25,7 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 # Which module defines each command (a test checks this against what the modules register).
 COMMANDS: dict[str, str] = {
-    **dict.fromkeys(("serve", "init", "admin"), "jpushare.service.cli"),
+    **dict.fromkeys(("serve", "init", "admin", "backfill"), "jpushare.service.cli"),
     **dict.fromkeys(
         (
             "submit",

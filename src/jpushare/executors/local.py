@@ -71,6 +71,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
+from jpushare.executors.backfill_servers import backfill_dir, yield_gpus
 from jpushare.executors.base import (
     GpuGroup,
     LaunchSpec,
@@ -88,7 +89,7 @@ from jpushare.executors.cgroups import (
     device_rules,
     run_dir_name,
 )
-from jpushare.executors.gpus import DeclaredGpus, LocalGpu, discover_gpus
+from jpushare.executors.gpus import DeclaredGpus, LocalGpu, executor_gpus
 from jpushare.executors.local_launch import LaunchSetting, fill_launch, least_loaded_cpus
 from jpushare.executors.local_outcome import attempt_tail, run_outcome
 from jpushare.executors.local_records import (
@@ -159,24 +160,9 @@ class LocalExecutor:
         cgroups: Cgroups | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
-        if gpus is None:
-            found = discover_gpus(self.node, declared)
-            self.gpus: tuple[LocalGpu, ...] = found.gpus
-            self.gpu_source: str = found.source
-        else:
-            self.gpus = tuple(gpus)
-            self.gpu_source = "given"
-        seen: set[tuple[str, int]] = set()
-        for g in self.gpus:
-            if (g.node, g.index) in seen:
-                raise ValueError(f"GPU index {g.index} appears twice on node {g.node}")
-            seen.add((g.node, g.index))
-        log.info(
-            "local executor: %d GPUs from %s: %s",
-            len(self.gpus),
-            self.gpu_source,
-            ", ".join(f"{g.node}:{g.index}={g.gpu_type}" for g in self.gpus) or "none",
-        )
+        found = executor_gpus(self.node, declared, gpus)
+        self.gpus: tuple[LocalGpu, ...] = found.gpus
+        self.gpu_source: str = found.source
         self.state_dir = Path(state_dir)
         self.runs_dir = self.state_dir / "runs"
         private_dir(self.state_dir)
@@ -244,8 +230,7 @@ class LocalExecutor:
                 )
             if spec.num_gpus < 1:
                 raise SubmitRefused(f"num_gpus must be at least 1, not {spec.num_gpus}")
-            held = self._held()
-            free = [g.index for g in group if (g.node, g.index) not in held]
+            free = self._free_indices(spec)
             if len(free) < spec.num_gpus:
                 raise SubmitRefused(
                     f"{spec.num_gpus} {spec.gpu_type} GPUs asked on {spec.node}, "
@@ -388,6 +373,7 @@ class LocalExecutor:
         paths = self._files.paths(key)
         if rec.launch is None:  # accepted by a version before the wrapper took a launch
             raise OSError(f"run {key} has no launch record (accepted by an older version)")
+        yield_gpus(backfill_dir(self.state_dir), rec.job_id, rec.node, rec.gpu_indices)
         if self.cgroups.usable:
             self._make_cgroup(rec)
         try:
@@ -412,6 +398,31 @@ class LocalExecutor:
         rec.leader_start_ticks = start_ticks(proc.pid)
         self._files.save(rec)
         log.info("started %s (pgid %d) on %s GPUs %s", key, proc.pid, rec.node, rec.gpu_indices)
+
+    def planned_gpus(self, spec: LaunchSpec) -> list[int] | None:
+        """The GPU indices `submit(spec)` would give now (None: it would refuse): what a
+        yield request to the lab's router names."""
+        with self._locked():
+            free = self._free_indices(spec)
+        return free[: spec.num_gpus] if len(free) >= spec.num_gpus else None
+
+    def _free_indices(self, spec: LaunchSpec) -> list[int]:
+        """The free GPUs of the spec's placement, lowest index first: a run gets the first."""
+        held = self._held()
+        return [
+            g.index
+            for g in self.gpus
+            if (g.node, g.gpu_type) == (spec.node, spec.gpu_type) and (g.node, g.index) not in held
+        ]
+
+    @contextlib.contextmanager
+    def backfill_slot(self) -> Iterator[list[LocalGpu]]:
+        """Under the executor's lock, the GPUs no unended run holds: the backfill keeper
+        starts its servers inside this block, so no job is given them meanwhile."""
+        with self._locked():
+            self._observe_all()
+            held = self._held()
+            yield [g for g in self.gpus if (g.node, g.index) not in held]
 
     def _make_cgroup(self, rec: RunRecord) -> None:
         """The run's cgroup, made and written into its record before the wrapper starts
