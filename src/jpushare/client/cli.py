@@ -36,12 +36,15 @@ is the caller's own (as `cat` would); another user's (a pi's or an admin's view)
 through `formatting.clean_output` (its lines kept) unless `--raw`.
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
-`error CODE: message`); 2 bad usage.
+`error CODE: message`); 2 bad usage. `wait` and `submit --wait` exit as `sbatch --wait`,
+with the job's exit code, and with codes of their own for a job that ended without one
+and for a timeout (`jpushare.client.exit_codes`, printed by their --help).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -52,6 +55,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from jpushare.client import job_commands
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.client.exit_codes import (
+    EXIT_CODES_HELP,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_WAIT_TIMEOUT,
+)
 from jpushare.client.formatting import (
     ago,
     amount,
@@ -65,14 +75,10 @@ from jpushare.client.formatting import (
 )
 from jpushare.client.token_args import add_token_options, read_token_file
 from jpushare.client.web import register_web
-from jpushare.memory_sizes import parse_mem_mb
-from jpushare.run_settings import ENV_NAME
+from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
+from jpushare.run_settings import ENV_NAME, MAX_MEM_PER_GPU_MB, MIN_MEM_PER_GPU_MB
 from jpushare.time_limits import TimeLimitError, parse_time_limit
 from jpushare.vocabulary import ACTIVE_STATES, JobState
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
 
 JOB_STATES = tuple(JobState)
 _STATE_ALIASES = {"QUEUED": JobState.GLOBAL_QUEUE_WAIT, "WAITING": JobState.GLOBAL_QUEUE_WAIT}
@@ -145,10 +151,12 @@ def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -
             file=out,
             flush=True,
         )
-    if args.wait:  # until it leaves the queue, as `jpushare wait --started`
-        (job,) = job_commands.wait_for(api, [job["id"]], "started", args.timeout, args.poll)
+    if args.wait or args.wait_started:  # --wait as sbatch's: until it ends, with its code
+        until = "ended" if args.wait else "started"
+        (job,) = job_commands.wait_for(api, [job["id"]], until, args.timeout, args.poll)
         if not args.json:
             print(job_commands.wait_line(job), file=out)
+        return job_commands.exit_with_jobs(job, [job])
     return job
 
 
@@ -283,6 +291,12 @@ def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     result = api.log(args.job, args.attempt, stderr=args.stderr)
     if args.json:
         return result
+    if result["attempt"] == 0 and args.follow and result.get("state") == JobState.GLOBAL_QUEUE_WAIT:
+        # as `tail -f` of a file not yet written: wait for the job to start (or end)
+        print(f"(job {result['job_id']} is queued: waiting for it to start)", file=sys.stderr)
+        while result["attempt"] == 0 and result.get("state") == JobState.GLOBAL_QUEUE_WAIT:
+            time.sleep(args.poll)
+            result = api.log(args.job, args.attempt, stderr=args.stderr)
     if result["attempt"] == 0:
         print(f"(job {result['job_id']} has not run yet: no log)", file=out)
         return result
@@ -492,7 +506,11 @@ def _positive(raw: str) -> float:
         value = float(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not 0 < value < float("inf"):
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number (NaN): give seconds, e.g. 30")
+    if math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{raw!r} is infinite: give seconds, e.g. 3600")
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0: {raw!r}")
     return value
 
@@ -516,10 +534,20 @@ def _cpus(raw: str) -> int:
 
 
 def _mem(raw: str) -> int:
+    """--mem-per-gpu, checked here so that the bound reads in sbatch's units (4T, not MiB)."""
     try:
-        return parse_mem_mb(raw)
+        value = parse_mem_mb(raw)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if value > MAX_MEM_PER_GPU_MB:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is too much: at most {format_mem_mb(MAX_MEM_PER_GPU_MB)} per GPU"
+        )
+    if value < MIN_MEM_PER_GPU_MB:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is too little: at least {format_mem_mb(MIN_MEM_PER_GPU_MB)} per GPU"
+        )
+    return value
 
 
 def _common() -> argparse.ArgumentParser:
@@ -586,7 +614,11 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
         return EXIT_ERROR
     except job_commands.WaitTimeout as exc:
         print(f"error TIMEOUT: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_WAIT_TIMEOUT
+    except job_commands.Ended as exc:
+        if args.json:
+            out.write(json_text(exc.answer) + "\n")
+        return exc.code
     if args.json:
         out.write(json_text(result) + "\n")
     return EXIT_OK
@@ -605,14 +637,26 @@ def register(subparsers: Any) -> None:
     stats."""
     common = _common()
 
-    def add(name: str, printer: Printer, help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, printer: Printer, help_text: str, epilog: str | None = None
+    ) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = subparsers.add_parser(
-            name, parents=[common], help=help_text, description=help_text
+            name,
+            parents=[common],
+            help=help_text,
+            description=help_text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.set_defaults(func=lambda args: run(args, printer))
         return p
 
-    p = add("submit", _submit, "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…")
+    p = add(
+        "submit",
+        _submit,
+        "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…",
+        "with --wait, " + EXIT_CODES_HELP,
+    )
     p.add_argument("--gpus", type=_gpus, required=True, metavar="N", help="1-8 GPUs on one node")
     p.add_argument("--min-tier", metavar="T", help="the weakest GPU tier it may run on")
     p.add_argument(
@@ -644,7 +688,14 @@ def register(subparsers: Any) -> None:
         "--mem-per-gpu", type=_mem, metavar="SIZE", help="e.g. 16G (default: the tier's)"
     )
     p.add_argument(
-        "--wait", action="store_true", help="return once it has left the queue (or ended)"
+        "--wait",
+        action="store_true",
+        help="return when it ends, with its exit code (as sbatch --wait; see below)",
+    )
+    p.add_argument(
+        "--wait-started",
+        action="store_true",
+        help="return once it has left the queue (dispatched, running or ended)",
     )
     _wait_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command")
@@ -676,7 +727,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--name", metavar="NAME", help="jobs of this name")
     p.add_argument("--user", metavar="U", help="this user's jobs (default: mine)")
 
-    p = add("wait", job_commands.wait, "wait until jobs end (or, with --started, leave the queue)")
+    p = add(
+        "wait",
+        job_commands.wait,
+        "wait until jobs end (or, with --started, leave the queue)",
+        EXIT_CODES_HELP,
+    )
     p.add_argument("jobs", type=_job_id, nargs="+", metavar="JOB", help="job ids")
     p.add_argument("--started", action="store_true", help="until each has left the queue")
     _wait_options(p)
@@ -698,7 +754,12 @@ def register(subparsers: Any) -> None:
         if name == "log":
             p.add_argument("--attempt", type=int, metavar="N", help="default: the last")
             p.add_argument("--stderr", action="store_true", help="its error file (--error)")
-            p.add_argument("--follow", "-f", action="store_true", help="until the job ends")
+            p.add_argument(
+                "--follow",
+                "-f",
+                action="store_true",
+                help="until the job ends (a queued job: from when it starts)",
+            )
             p.add_argument(
                 "--raw",
                 action="store_true",
