@@ -45,7 +45,7 @@ def test_log_follow_on_a_queued_job_waits_for_it_to_start(
         with served.sessions.begin() as s:
             assert store.end_job(s, 1, store.JobState.COMPLETED, served.clock(), exit_code=0)
 
-    monkeypatch.setattr("jpushare.client.cli.time.sleep", the_job_starts_then_ends)
+    monkeypatch.setattr("jpushare.client.log_command.time.sleep", the_job_starts_then_ends)
     code, out, err = cli(served, "root", "log", "1", "--follow", capsys=capsys)
     assert code == 0, err
     assert "(job 1 is queued: waiting for it to start)" in err

@@ -227,7 +227,7 @@ def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
     """scancel: the jobs named, or those the filters select (my jobs unless --user), each
     cancelled or refused on its own; exit 1 when any was refused."""
     from jpushare.client.api import ApiError
-    from jpushare.client.cli import UsageError
+    from jpushare.client.arguments import UsageError
 
     filtered = bool(args.state or args.name or args.user)
     if not args.jobs and not filtered:
