@@ -67,9 +67,9 @@ def test_a_script_with_directives_is_the_job_it_asks_for_and_runs_as_itself(
     assert done.stdout == "training with 2 args: --lr 0.1 x\n"
     assert list(node.iterdir()) == []  # the script's temporary copy is gone
 
-    # the command line wins over the script; a python script runs with python
+    # the command line wins over the script; a python script runs with python (its #! line)
     code, out, err = cli(served, "alice", "submit", "--json", "-G", "1", "-J", "eval",
-                         str(SCRIPTS / "evaluate.py"), "ckpt", capsys=capsys)  # fmt: skip
+                         str(SCRIPTS / "evaluate"), "ckpt", capsys=capsys)  # fmt: skip
     assert code == 0, err
     job = json.loads(out)
     assert (job["name"], job["num_gpus"], job["min_tier"]) == ("eval", 1, "rtx5090")

@@ -79,7 +79,7 @@ def squeue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
             "0:00",
             e["num_gpus"],
             f"({e['code']})",
-        )  # fmt: skip
+        )
         for e in queued
     ]
     headers = ("JOBID", "TIER", "NAME", "USER", "ST", "TIME", "GPUS", "NODELIST(REASON)")
