@@ -3,11 +3,13 @@
     jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit TIME]
                     [--chdir DIR] [--export ALL|NONE|VAR[,VAR=value…]]
                     [--output PATH] [--error PATH] [--cpus-per-gpu N] [--mem-per-gpu SIZE]
-                    -- CMD…
+                    [-J NAME] [-G [TYPE:]N | --gres gpu[:TYPE]:N] [-p P] [--wrap CMD]
+                    (-- CMD… | SCRIPT [ARGS…])     (see submit_command; docs/slurm-users.md)
     jpushare jobs [--state S]... [--lab L] [--mine] [--user U] [--name NAME]
                   [--since WHEN] [--until WHEN] [--format table|csv] [--limit N]
     jpushare show JOB
-    jpushare queue [--limit N] [--start]
+    jpushare queue [--limit N] [--start] [--me | -u U]
+    jpushare squeue [--me | -u U]
     jpushare why JOB
     jpushare wait JOB… [--started] [--timeout S]
     jpushare cancel [JOB…] [--state S]... [--name NAME] [--user U]
