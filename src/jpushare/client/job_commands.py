@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
 from jpushare import vocabulary
+from jpushare.client.exit_codes import EXIT_OK, jobs_exit_code
 from jpushare.client.formatting import (
     ago,
     amount,
@@ -237,7 +238,7 @@ def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
     """scancel: the jobs named, or those the filters select (my jobs unless --user), each
     cancelled or refused on its own; exit 1 when any was refused."""
     from jpushare.client.api import ApiError
-    from jpushare.client.cli import UsageError
+    from jpushare.client.arguments import UsageError
 
     filtered = bool(args.state or args.name or args.user)
     if not args.jobs and not filtered:
@@ -310,7 +311,25 @@ def _select(api: Client, args: argparse.Namespace, states: Sequence[str]) -> Ite
 
 
 class WaitTimeout(Exception):
-    """`wait` ran out of time (exit 1, error TIMEOUT)."""
+    """`wait` ran out of time (exit 124, error TIMEOUT)."""
+
+
+class Ended(Exception):
+    """The jobs waited for ended, and not all completed: the run prints the answer, then
+    exits with `code` (`exit_codes.jobs_exit_code`)."""
+
+    def __init__(self, answer: JSON, code: int) -> None:
+        super().__init__(f"exit {code}")
+        self.answer = answer
+        self.code = code
+
+
+def exit_with_jobs(answer: JSON, jobs: Sequence[JSON]) -> JSON:
+    """`answer` when every job completed (or only left the queue), else Ended."""
+    code = jobs_exit_code(jobs)
+    if code != EXIT_OK:
+        raise Ended(answer, code)
+    return answer
 
 
 def wait_for(
@@ -350,7 +369,7 @@ def wait(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     if not args.json:
         for job in jobs:
             print(wait_line(job), file=out)
-    return {"data": jobs}
+    return exit_with_jobs({"data": jobs}, jobs)
 
 
 def wait_line(job: JSON) -> str:
