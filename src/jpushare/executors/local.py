@@ -25,20 +25,18 @@ with "killed: the job's memory limit of N MiB was reached". Without cgroups (not
 nothing mounted) the executor says so at start and runs jobs as process groups: each
 process may then hold `mem_per_gpu_mb` x GPUs of data (RLIMIT_DATA: CUDA reserves far more
 address space than memory, so RLIMIT_AS would break it), and processes that leave the
-group are not followed. Never isolated: the network. (A job from before revision 0003:
-`local_launch`.)
+group are not followed. Never isolated: the network. Pre-0003 jobs: `local_launch`.
 
 The wrapper that starts a job (`local_run.py`) stays the service's account, like Slurm's
 slurmstepd, so it can write the run's files here; the job is its child and has dropped
 every privilege before `exec`. A job that cannot start (no such account, working directory
 missing or not enterable, output file not writable) ends FAILED with the reason.
 
-Nothing about a run lives only in memory: every run is a set of files in the state
-directory (0700; the layout: `local_records`), so a restarted service (or a second executor
-instance over the same state directory) finds every run again. `state_dir/lock` is flock-ed
-around every submit, cancel and observation, so two processes never start one run twice or
-hand one GPU to two runs. It is opened once, when the executor starts: a client that
-exhausts the service's descriptors cannot make an observation fail.
+Every run is a set of files in the state directory (0700; `local_records`), so a restarted
+service or a second executor over it finds every run again. `state_dir/lock` (opened once,
+so descriptor exhaustion cannot fail an observation) is flock-ed around every submit, cancel
+and observation: no run starts twice, no GPU goes to two runs. A run's GPUs are first freed
+of LLM backfill servers (`backfill_servers`: SIGTERM, their grace, then their cgroup killed).
 
 How a run's state is read (`runs`, `find` and `inventory` observe; there is no thread):
 
@@ -49,9 +47,8 @@ How a run's state is read (`runs`, `find` and `inventory` observe; there is no t
    it left in the background are killed, as Slurm does at the end of a job (the wrapper
    kills its cgroup itself before it writes the code). A cancel or an exceeded time limit
    sends SIGTERM to every process of the run, then SIGKILL after `cancel_grace_s`.
-3. all of it is gone: the outcome as `local_outcome` names it (CANCELLED or TIMEOUT when
-   we stopped it, else by exit code, OOM kills and the output's tail). It is written into
-   the record, the cgroup removed, and neither changes again.
+3. all of it is gone: the outcome `local_outcome` names, written into the record for good
+   (the cgroup removed).
 """
 
 from __future__ import annotations
@@ -224,9 +221,10 @@ class LocalExecutor:
                 return key
             group = [g for g in self.gpus if g.node == spec.node and g.gpu_type == spec.gpu_type]
             if not group:
+                has = sorted({f"{g.gpu_type} on {g.node}" for g in self.gpus})
                 raise SubmitRefused(
                     f"this machine has no {spec.gpu_type} GPUs on node {spec.node!r} "
-                    f"(it has: {self._describe_groups()})"
+                    f"(it has: {', '.join(has) or 'no GPUs'})"
                 )
             if spec.num_gpus < 1:
                 raise SubmitRefused(f"num_gpus must be at least 1, not {spec.num_gpus}")
@@ -318,10 +316,6 @@ class LocalExecutor:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _describe_groups(self) -> str:
-        names = sorted({f"{g.gpu_type} on {g.node}" for g in self.gpus})
-        return ", ".join(names) or "no GPUs"
-
     def _held(self) -> set[tuple[str, int]]:
         """(node, GPU index) of every run that has not ended, started or not."""
         return {(rec.node, i) for rec in self._unended() for i in rec.gpu_indices}
@@ -400,8 +394,7 @@ class LocalExecutor:
         log.info("started %s (pgid %d) on %s GPUs %s", key, proc.pid, rec.node, rec.gpu_indices)
 
     def planned_gpus(self, spec: LaunchSpec) -> list[int] | None:
-        """The GPU indices `submit(spec)` would give now (None: it would refuse): what a
-        yield request to the lab's router names."""
+        """The GPUs `submit(spec)` would give now (None: none), named in a router's yield."""
         with self._locked():
             free = self._free_indices(spec)
         return free[: spec.num_gpus] if len(free) >= spec.num_gpus else None
