@@ -25,6 +25,7 @@ from jpushare.policy import (
     decide,
 )
 from jpushare.policy.options import ReservedGpus, TopJob
+from jpushare.policy.why import running_on_lent_gpus
 from tests.constants import RTX3080TI, RTX4090
 from tests.policy.invariants import check_cycle
 from tests.policy.test_properties import CYCLE_SETTINGS, NOW, snapshots
@@ -177,3 +178,16 @@ def test_every_cycle_keeps_the_invariants_under_both_reserved_gpu_modes(
         assert tuple(a for a in d.actions if getattr(a, "lent_from", None) is None) == (
             llm_only.actions
         )
+
+
+def test_why_says_a_lent_job_runs_on_reserved_gpus_until_its_time_limit() -> None:
+    d = decide(first_cycle(300.0), reserved_gpus=LEND)
+    lent = d.actions[1]
+    assert isinstance(lent, Dispatch) and lent.lent_from and lent.lent_until is not None
+    assert running_on_lent_gpus(lent.lent_from, lent.lent_until) == (
+        "runs on GPUs reserved for job jobA until t=300, its time limit, before those GPUs "
+        "are needed"
+    )
+    assert running_on_lent_gpus("12", 50_700.0, lambda t: "14:05").startswith(
+        "runs on GPUs reserved for job 12 until 14:05, its time limit"
+    )
