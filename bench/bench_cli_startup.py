@@ -23,6 +23,8 @@ from pathlib import Path
 BIN = Path(sys.executable).parent / "jpushare"
 COMMANDS = {
     "python -c pass (the interpreter alone)": [sys.executable, "-c", "pass"],
+    "jpushare --help": [sys.executable, "-m", "jpushare.cli", "--help"],
+    "jpushare sumbit (a typo)": [sys.executable, "-m", "jpushare.cli", "sumbit"],
     "jpushare jobs --help": [str(BIN), "jobs", "--help"],
     "jpushare queue": [str(BIN), "queue", "--url", "http://127.0.0.1:9"],
     "jpushare serve --help (server side)": [str(BIN), "serve", "--help"],

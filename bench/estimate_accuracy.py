@@ -17,8 +17,10 @@ Alibaba's last 35 days, converted as scripts/compare_policies.py does):
 3. print, per GPU count, the median and p90 of |estimate - actual start|, over all sampled
    jobs and over those that waited at least one cycle, and how many got no estimate.
 
-`--basis history` drops every time limit, so the estimates come from the lab's median
-completed run of that GPU count so far (the traces have no users), else the default hour.
+`--basis history` drops every time limit, so the estimates come from the lab's completed
+runs of that GPU count so far (the traces have no users): a queued job's median run, a
+running job's median remaining run among those that lasted longer than it has run so far
+(`RunHistory.remaining`), else the default hour (queued) or "unknown" (running).
 
 Sampling: up to `--samples` jobs per GPU count, evenly spaced in submission order.
 Deterministic; asserts nothing.
@@ -125,14 +127,13 @@ class Sampler:
             now,
             tuple(snapshot.running),
         )
-        runs: list[PastRun] = []
+        runs = [run for end, run in self.ends if end <= now]  # what the service reads
         if self.history:
             snap = replace(
                 snap,
                 queue=tuple(replace(q, time_limit_s=None) for q in snap.queue),
                 running=tuple(replace(r, time_limit_s=None) for r in snap.running),
             )
-            runs = [run for end, run in self.ends if end <= now]
         started = time.perf_counter()
         est = estimate_starts(
             snap,

@@ -86,6 +86,21 @@ def test_a_dispatch_posts_node_tier_gpus_and_job_to_v1_yield(router_server: Rout
     ]
 
 
+def test_the_exact_gpus_are_named_where_they_are_known(router_server: RouterServer) -> None:
+    router = HttpRouter(router_server.url)
+    router.request_yield("node-c", "rtx5090", 2, "job-43", gpus=(2, 3))
+    assert router.flush(5)
+    router.close()
+    (request,) = router_server.requests
+    assert request[2] == {
+        "node": "node-c",
+        "tier": "rtx5090",
+        "num_gpus": 2,
+        "job_id": "job-43",
+        "gpus": [2, 3],
+    }
+
+
 def test_the_dispatch_does_not_wait_for_a_slow_router(router_server: RouterServer) -> None:
     router_server.delay_s = 5.0
     router = HttpRouter(router_server.url)

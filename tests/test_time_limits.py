@@ -42,7 +42,7 @@ REFUSED = {
     "unknown unit": "3w",
     "words": "soon",
     "zero": "0",
-    "more than ten years": "4000d",
+    "more than 365 days": "400d",
 }
 
 

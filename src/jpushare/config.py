@@ -388,3 +388,65 @@ def _lease_s(text: str, cycle_s: float) -> float | None:
             "the leader renews its lease once a cycle"
         )
     return lease_s
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillSettings:
+    """The backfill keeper's (`jpushare backfill`, `jpushare.backfill.keeper`)."""
+
+    command: str  # with {port}, {node}, {gpus}; run with bash
+    gpus_per_server: int = 1
+    grace_s: float = 30.0
+    port_base: int = 8100
+    host: str = "127.0.0.1"  # where the servers are reached: the URLs GET /v1/backfill lists
+    backoff_s: float = 10.0
+    backoff_max_s: float = 600.0
+    interval_s: float = 2.0
+    pids_max: int | None = DEFAULT_LOCAL_PIDS_MAX
+
+
+def load_backfill_settings(env: Mapping[str, str] | None = None) -> BackfillSettings:
+    """JPUSHARE_BACKFILL_* (README, settings table); ConfigError names a bad one."""
+    e = os.environ if env is None else env
+    command = e.get("JPUSHARE_BACKFILL_COMMAND", "").strip()
+    if not command:
+        raise ConfigError(
+            "JPUSHARE_BACKFILL_COMMAND is not set: the inference server to start on each "
+            "idle GPU group, e.g. 'vllm serve MODEL --port {port}'"
+        )
+    try:
+        command.format(port=8100, node="node", gpus="0")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"JPUSHARE_BACKFILL_COMMAND may name only {{port}}, {{node}} and {{gpus}} "
+            f"(write {{{{ and }}}} for braces): {exc!r}"
+        ) from None
+
+    def number(name: str, default: float, least: float, most: float) -> float:
+        text = e.get(name, "").strip()
+        try:
+            value = float(text) if text else default
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, not {text!r}") from None
+        if not least <= value <= most:  # also refuses NaN
+            raise ConfigError(f"{name} must be between {least:g} and {most:g}, not {text}")
+        return value
+
+    group = number("JPUSHARE_BACKFILL_GPUS_PER_SERVER", 1, 1, 64)
+    port = number("JPUSHARE_BACKFILL_PORT_BASE", 8100, 1024, 65000)
+    if group != int(group) or port != int(port):
+        raise ConfigError(
+            "JPUSHARE_BACKFILL_GPUS_PER_SERVER and JPUSHARE_BACKFILL_PORT_BASE are whole numbers"
+        )
+    backoff = number("JPUSHARE_BACKFILL_BACKOFF_S", 10.0, 0.0, 86400.0)
+    return BackfillSettings(
+        command=command,
+        gpus_per_server=int(group),
+        grace_s=number("JPUSHARE_BACKFILL_GRACE_S", 30.0, 0.0, 3600.0),
+        port_base=int(port),
+        host=e.get("JPUSHARE_BACKFILL_HOST", "").strip() or "127.0.0.1",
+        backoff_s=backoff,
+        backoff_max_s=max(backoff, number("JPUSHARE_BACKFILL_BACKOFF_MAX_S", 600.0, 0.0, 86400.0)),
+        interval_s=number("JPUSHARE_BACKFILL_INTERVAL_S", 2.0, 0.05, 3600.0),
+        pids_max=_limit(e, "JPUSHARE_LOCAL_PIDS_MAX", DEFAULT_LOCAL_PIDS_MAX, 16),
+    )

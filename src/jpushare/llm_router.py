@@ -8,13 +8,17 @@ doing nothing, for a service without a router (`JPUSHARE_ROUTER_URL` unset).
 
 Named `llm_router` (not `router`) so that it is not mistaken for the REST API's routers.
 
-The request: `POST {router_url}/v1/yield` with JSON `{"node", "tier", "num_gpus", "job_id"}`.
+The request: `POST {router_url}/v1/yield` with JSON `{"node", "tier", "num_gpus", "job_id"}`
+and `"gpus"`, the job's exact GPU indices on the node, where JPU-Share knows them (the
+local executor picks them; Slurm does at its own start, and yields itself by preemption):
+docs/formats.md, "LLM router yield".
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Protocol
@@ -29,7 +33,9 @@ YIELD_PATH = "/v1/yield"
 class BackfillRouter(Protocol):
     """What the dispatcher needs from the LLM router."""
 
-    def request_yield(self, node: str, tier: str, num_gpus: int, job_id: str) -> None:
+    def request_yield(
+        self, node: str, tier: str, num_gpus: int, job_id: str, gpus: Sequence[int] | None = None
+    ) -> None:
         """Ask the router to stop LLM backfill on `num_gpus` GPUs of (node, tier). Never blocks."""
         ...
 
@@ -41,7 +47,9 @@ class BackfillRouter(Protocol):
 class NoRouter:
     """No LLM router configured: yielding is a no-op."""
 
-    def request_yield(self, node: str, tier: str, num_gpus: int, job_id: str) -> None:
+    def request_yield(
+        self, node: str, tier: str, num_gpus: int, job_id: str, gpus: Sequence[int] | None = None
+    ) -> None:
         return None
 
     def close(self) -> None:
@@ -73,13 +81,17 @@ class HttpRouter:
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
 
-    def request_yield(self, node: str, tier: str, num_gpus: int, job_id: str) -> None:
-        body: dict[str, str | int] = {
+    def request_yield(
+        self, node: str, tier: str, num_gpus: int, job_id: str, gpus: Sequence[int] | None = None
+    ) -> None:
+        body: dict[str, str | int | list[int]] = {
             "node": node,
             "tier": tier,
             "num_gpus": num_gpus,
             "job_id": job_id,
         }
+        if gpus is not None:
+            body["gpus"] = [int(g) for g in gpus]
         try:
             future = self._pool.submit(self._post, body)
         except RuntimeError as exc:  # the pool is shut down: the service is stopping
@@ -104,7 +116,7 @@ class HttpRouter:
         with self._pending_lock:
             self._pending.discard(future)
 
-    def _post(self, body: dict[str, str | int]) -> None:
+    def _post(self, body: dict[str, str | int | list[int]]) -> None:
         """One POST on a worker thread; every failure ends in the log."""
         try:
             response = self._client.post(self.url + YIELD_PATH, json=body)

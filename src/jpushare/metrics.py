@@ -68,6 +68,20 @@ replicas export the leader's figures:
     jpushare_oldest_queued_job_wait_seconds                gauge, 0 with an empty queue
     jpushare_gpus_foreign{tier}                            gauge, GPUs used outside JPU-Share
                                                            at the last observation
+
+LLM backfill (issue 22; the local executor's keeper, `backfill/` of its state directory, read
+at scrape time; absent without a local executor):
+
+    jpushare_backfill_servers                              gauge, servers running now
+    jpushare_backfill_gpu_seconds_total{on}                counter, on: reserved | idle: GPU-
+                                                           seconds backfill served on them
+    jpushare_idle_gpu_seconds_total                        counter, GPU-seconds with neither a
+                                                           research job nor a backfill server
+    jpushare_backfill_yield_seconds                        summary (_count, _sum): dispatch ->
+                                                           the job's GPUs free of backfill
+    jpushare_backfill_yield_seconds_max                    gauge, the slowest yield so far
+    jpushare_backfill_yields_killed_total                  counter, servers killed after their
+                                                           grace
 """
 
 from __future__ import annotations
@@ -311,6 +325,63 @@ def _bound(b: float) -> str:
     return str(int(b)) if b == int(b) else str(b)
 
 
+@dataclass(frozen=True, slots=True)
+class BackfillFigures:
+    """The LLM backfill figures (module docstring), as the keeper's files hold them."""
+
+    servers: int
+    reserved_gpu_s: float
+    idle_served_gpu_s: float
+    idle_gpu_s: float
+    yields: int
+    yield_seconds_sum: float
+    yield_seconds_max: float
+    killed: int
+
+
+class BackfillCollector(Collector):
+    """Reads `BackfillFigures` on every scrape (a few small files, no database)."""
+
+    def __init__(self, read: Callable[[], BackfillFigures]) -> None:
+        self._read = read
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # registering must not read the files
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            f = self._read()
+        except Exception:
+            log.exception("metrics: the backfill figures could not be read")
+            return []
+        servers = GaugeMetricFamily("jpushare_backfill_servers", "backfill servers running")
+        servers.add_metric([], f.servers)
+        served = CounterMetricFamily(
+            "jpushare_backfill_gpu_seconds",
+            "GPU-seconds LLM backfill served, on reserved or on idle GPUs",
+            labels=["on"],
+        )
+        served.add_metric(["reserved"], f.reserved_gpu_s)
+        served.add_metric(["idle"], f.idle_served_gpu_s)
+        idle = CounterMetricFamily(
+            "jpushare_idle_gpu_seconds", "GPU-seconds with no research job and no backfill"
+        )
+        idle.add_metric([], f.idle_gpu_s)
+        latency = SummaryMetricFamily(
+            "jpushare_backfill_yield_seconds",
+            "from a dispatch to its GPUs free of backfill servers",
+            count_value=f.yields,
+            sum_value=f.yield_seconds_sum,
+        )
+        worst = GaugeMetricFamily("jpushare_backfill_yield_seconds_max", "the slowest yield")
+        worst.add_metric([], f.yield_seconds_max)
+        killed = CounterMetricFamily(
+            "jpushare_backfill_yields_killed", "backfill servers killed after their grace"
+        )
+        killed.add_metric([], f.killed)
+        return [servers, served, idle, latency, worst, killed]
+
+
 class ServiceMetrics:
     """One process's metrics registry; see the module docstring for the dispatcher hook."""
 
@@ -323,6 +394,7 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self._figures: FiguresCollector | None = None
+        self._backfill: BackfillCollector | None = None
 
     def observe_dispatch_cycle(self, seconds: float) -> None:
         """Record one dispatcher cycle's duration (the dispatcher's hook)."""
@@ -334,6 +406,13 @@ class ServiceMetrics:
             self.registry.unregister(self._figures)
         self._figures = FiguresCollector(read)
         self.registry.register(self._figures)
+
+    def collect_backfill_from(self, read: Callable[[], BackfillFigures]) -> None:
+        """Export the LLM backfill figures, read by `read` on each scrape (once per registry)."""
+        if self._backfill is not None:
+            self.registry.unregister(self._backfill)
+        self._backfill = BackfillCollector(read)
+        self.registry.register(self._backfill)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

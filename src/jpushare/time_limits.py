@@ -22,7 +22,7 @@ TIME_LIMIT_FORMS = (
     "minutes (90), MM:SS, HH:MM:SS (1:30:00), D-HH, D-HH:MM, D-HH:MM:SS (2-00:00:00, 1-12) "
     "or units (1h30m, 45m, 2d, 90s)"
 )
-MAX_TIME_LIMIT_S = 10 * 365 * 86400  # the API's bound on time_limit_s
+MAX_TIME_LIMIT_S = 365 * 86400  # the API's bound on time_limit_s (365 days)
 
 _UNITS = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _DAYS = re.compile(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?")
@@ -36,7 +36,7 @@ class TimeLimitError(ValueError):
 def parse_time_limit(text: str) -> float:
     """A time limit in seconds, from any form in the module docstring.
 
-    Raises TimeLimitError for anything else, zero, or more than ten years.
+    Raises TimeLimitError for anything else, zero, or more than 365 days.
     """
     value = text.strip().lower()
     seconds = _parse(value)
@@ -45,7 +45,7 @@ def parse_time_limit(text: str) -> float:
     if seconds <= 0:
         raise TimeLimitError(f"time limit {text!r} is zero; a time limit must be positive")
     if seconds > MAX_TIME_LIMIT_S:
-        raise TimeLimitError(f"time limit {text!r} is more than ten years")
+        raise TimeLimitError(f"time limit {text!r} is too long: at most 365 days")
     return float(seconds)
 
 

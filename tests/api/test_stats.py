@@ -34,8 +34,9 @@ def flat(doc: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def fill_history(api: ApiWorld) -> tuple[int, int]:
-    """Only node-c's four 5090s are free. alpha's 2-GPU job runs 0-100 s; beta's 4-GPU job
-    reserves the other two at 5 s, fills when the first ends at 100 s, runs 100-110 s."""
+    """Only node-c's four 5090s are free. alpha's 2-GPU job runs 0-100 s; beta's 4-GPU job,
+    the first that cannot start (SPEC decision 7), reserves the other two in the same cycle,
+    at 0 s, fills when the first ends at 100 s, runs 100-110 s."""
     api.busy.update(ALL_BUSY)
     api.busy[("node-c", "rtx5090")] = 0
     a = api.submit("alice", 2)
@@ -45,7 +46,7 @@ def fill_history(api: ApiWorld) -> tuple[int, int]:
     with api.sessions.begin() as s:
         assert store.mark_running(s, a, api.clock())
     api.clock.advance(5)
-    api.cycle()  # b reserves 2
+    api.cycle()  # b keeps its 2
     api.clock.advance(95)
     with api.sessions.begin() as s:
         store.end_job(s, a, JobState.COMPLETED, api.clock())
@@ -72,17 +73,17 @@ def test_the_watch_list_of_a_filled_reservation_worked_by_hand(api: ApiWorld) ->
         "failed_rate": 0.0,
     }
     assert list(w["reservations_by_lab"]) == ["beta"]
-    assert w["hold_s"] == {"count": 1, "mean": 95.0, "p95": 95.0, "max": 95.0}
+    assert w["hold_s"] == {"count": 1, "mean": 100.0, "p95": 100.0, "max": 100.0}
     run_a = 2 * 100 * TFLOPS_5090  # 20,960
     run_b = 4 * 10 * TFLOPS_5090  # 4,192
-    held_b = 2 * 95 * TFLOPS_5090  # 19,912 (the absorbed two count from 100 s: nothing)
+    held_b = 2 * 100 * TFLOPS_5090  # 20,960 (the absorbed two count from 100 s: nothing)
     u = w["usage"]
     assert u["ended_jobs"] == 2
     assert u["charged_tflop_s"] == pytest.approx(run_a + run_b + held_b)
     assert u["reservation_share"] == pytest.approx(held_b / (run_a + run_b + held_b), abs=1e-6)
     assert w["by_gpus"]["2"]["burden"] == 1.0
     assert w["by_gpus"]["2"]["mean_wait_s"] == 0.0
-    assert w["by_gpus"]["4"]["burden"] == pytest.approx((run_b + held_b) / run_b)  # 5.75
+    assert w["by_gpus"]["4"]["burden"] == pytest.approx((run_b + held_b) / run_b)  # 6.0
     assert w["by_gpus"]["4"]["mean_wait_s"] == 100.0
 
     # The same figures, all time, in /metrics.

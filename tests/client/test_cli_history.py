@@ -1,5 +1,5 @@
 """Through the CLI against a real server on both databases: `show`, `jobs` (elapsed, time
-left, CSV, window), `cancel` of several jobs, `wait`, `submit --wait`, `labs` (rank, share,
+left, CSV, window), `cancel` of several jobs, `wait`, `submit --wait-started`, `labs` (rank, share,
 in flight), and QUEUED where the API says GLOBAL_QUEUE_WAIT."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_jobs_shows_elapsed_and_time_left_and_writes_csv_with_stable_columns(
     table = list(csv.DictReader(io.StringIO(out)))
     assert tuple(csv.DictReader(io.StringIO(out)).fieldnames or ()) == CSV_COLUMNS
     assert [r["id"] for r in table] == ["2", "1"]
-    assert table[1]["elapsed_s"] == "600.0" and table[1]["started_at"] == "2026-01-05T09:00:00Z"
+    assert table[1]["elapsed_s"] == "600.000" and table[1]["started_at"] == "2026-01-05T09:00:00Z"
     assert table[0]["state"] == "DISPATCHED" and table[0]["elapsed_s"] == ""
     code, out, _ = cli(served, "alice", "jobs", "--format", "csv", "--until",
                        "2026-01-05T08:00:00Z", capsys=capsys)  # fmt: skip
@@ -128,18 +128,18 @@ def test_wait_returns_when_the_job_leaves_the_queue_or_times_out(
     served.cycle()  # every GPU busy (the fixture's world): it stays queued
     code, _, err = cli(served, "alice", "wait", "1", "--started", "--timeout", "0.3",
                        "--poll", "0.1", capsys=capsys)  # fmt: skip
-    assert code == 1 and err.startswith("error TIMEOUT: after 0s job 1 had not left the queue")
+    assert code == 124 and err.startswith("error TIMEOUT: after 0s job 1 had not left the queue")
     start(served, 1)
     code, out, _ = cli(served, "alice", "wait", "1", "--started", capsys=capsys)
     assert code == 0 and out.startswith("job 1 (true): RUNNING on node-")
     with served.sessions.begin() as s:
         assert store.end_job(s, 1, store.JobState.FAILED, served.clock(), exit_code=2)
     code, out, _ = cli(served, "alice", "wait", "1", capsys=capsys)
-    assert code == 0 and out.startswith("job 1 (true): FAILED on node-")
+    assert code == 2 and out.startswith("job 1 (true): FAILED on node-")  # its exit code
     assert "exit code 2" in out
 
 
-def test_submit_wait_returns_once_dispatched(
+def test_submit_wait_started_returns_once_dispatched(
     served: Served,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -152,8 +152,8 @@ def test_submit_wait_returns_once_dispatched(
         served.cycle()
 
     monkeypatch.setattr("jpushare.client.job_commands.time.sleep", one_cycle)
-    code, out, err = cli(served, "alice", "submit", "--gpus", "2", "--wait", "--", "true",
-                         capsys=capsys)  # fmt: skip
+    code, out, err = cli(served, "alice", "submit", "--gpus", "2", "--wait-started", "--",
+                         "true", capsys=capsys)  # fmt: skip
     assert code == 0, err
     first, second = out.splitlines()
     assert first.startswith("submitted job 1 (true): 2 GPUs, tier >= rtx3080ti, QUEUED;")

@@ -183,12 +183,14 @@ def test_errors_are_one_line_with_the_code(
 
 
 def test_usage_errors_exit_2(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["why", "abc"], ["submit", "--", "x"], ["jobs", "--state", "SLEEPING"]):
+    for argv in (["why", "abc"], ["jobs", "--state", "SLEEPING"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2, argv
     code, _, err = cli(served, "alice", "submit", "--gpus", "1", capsys=capsys)
     assert code == 2 and "needs a command" in err
+    code, _, err = cli(served, "alice", "submit", "--", "x", capsys=capsys)
+    assert code == 2 and "submit needs a number of GPUs: --gpus N (or sbatch's -G N" in err
 
 
 def test_the_client_class_raises_typed_errors(served: Served) -> None:

@@ -62,8 +62,8 @@ def test_tables_align_and_times_are_relative() -> None:
     assert (amount(0), amount(950.4), amount(12_345), amount(4.56e6)) == (
         "0",
         "950",
-        "12.3k",
-        "4.56M",
+        "12,345",
+        "4,560,000",
     )
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from jpushare.cli import COMMAND_MODULES, COMMANDS, build_parser
+from jpushare.cli import COMMAND_HELP, COMMAND_MODULES, COMMANDS, build_parser, main
 
 SERVER_MODULES = (
     "jpushare.store",
@@ -51,6 +52,8 @@ def modules_after(*argv: str) -> set[str]:
             "PATH": "/usr/bin:/bin",
             "JPUSHARE_CLIENT_CONFIG": "/nonexistent/client.json",
             "JPUSHARE_TOKEN": "jps_test",
+            # the checkout under test (a worktree's src, where the editable install is another's)
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
         },
     )
     last = done.stdout.strip().splitlines()[-1]
@@ -110,3 +113,32 @@ def test_every_command_is_dispatched_to_the_module_that_defines_it() -> None:
         alone = build_parser((module,))
         alone_sub = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction))
         assert command in alone_sub.choices, (command, module)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("--help",), (), ("sumbit", "--gpus", "1"), ("submit", "--help"), ("wait", "--help")],
+    ids=lambda argv: " ".join(argv) or "(bare)",
+)
+def test_help_a_bare_command_and_a_typo_import_nothing_of_the_server(
+    argv: tuple[str, ...],
+) -> None:
+    """`jpushare --help` lists every command from `COMMAND_HELP`, not from their modules."""
+    loaded = modules_after(*argv)
+    assert "jpushare.cli" in loaded
+    assert server_modules(loaded) == []
+    assert not {m for m in loaded if m.split(".")[0] in ("httpx", "httpcore")}
+
+
+def test_the_listed_help_of_each_command_is_the_one_its_module_registers() -> None:
+    parser = build_parser(COMMAND_MODULES)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    registered = {a.dest: a.help for a in sub._choices_actions}
+    assert registered == COMMAND_HELP
+
+
+def test_a_typo_names_the_command_meant(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["sumbit", "--gpus", "1"])
+    assert exc.value.code == 2
+    assert "'sumbit' is not a jpushare command; did you mean submit?" in capsys.readouterr().err

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from jpushare.client.cli import UsageError, _log, export_environment
+from jpushare.client.arguments import UsageError
+from jpushare.client.log_command import log as _log
+from jpushare.client.submit_command import export_environment
 from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
 
 ENV = {

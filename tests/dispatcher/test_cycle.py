@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -175,9 +175,11 @@ class CallOrder:
         self.router = router
         self.executor = executor
 
-    def request_yield(self, node: str, tier: str, num_gpus: int, job_id: str) -> None:
+    def request_yield(
+        self, node: str, tier: str, num_gpus: int, job_id: str, gpus: Sequence[int] | None = None
+    ) -> None:
         self.calls.append(f"yield {job_id}")
-        self.router.request_yield(node, tier, num_gpus, job_id)
+        self.router.request_yield(node, tier, num_gpus, job_id, gpus=gpus)
 
     def close(self) -> None:
         self.router.close()

@@ -8,6 +8,7 @@ properties and, per cycle, by the event-sequence properties.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from jpushare.policy.fit import fits
@@ -25,7 +26,9 @@ from jpushare.policy.model import (
 Key = tuple[str, str]
 
 
-def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") -> None:
+def check_cycle(
+    snap: Snapshot, d: Decisions, top_job: str = "first-waiting", reserved_gpus: str = "llm-only"
+) -> None:
     """Assert every per-cycle invariant of `d` = decide(`snap`, top_job=`top_job`).
 
     The top job is queue[0] (`first-queued`) or, by SPEC decision 7 (`first-waiting`),
@@ -55,6 +58,19 @@ def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") ->
     dispatched: dict[str, Key] = {}
     released: set[str] = set()
     walk_started = False
+    lent: Counter[str] = Counter()  # holder -> GPUs of its reservation lent out
+    for r in snap.running:
+        if r.lent_from is not None:
+            lent[r.lent_from] += r.num_gpus
+    for holder, (hkey, _) in held.items():  # GPUs lent out are busy, not reserved-idle
+        if hkey in idle:
+            idle[hkey] += lent[holder]
+    ends: dict[Key, list[tuple[float, int]]] = {}  # placement -> (limit's end, GPUs)
+    for r in snap.running:
+        if r.lent_from is None:
+            end = math.inf if r.time_limit_s is None else r.started_at + r.time_limit_s
+            ends.setdefault((r.node, r.tier), []).append((end, r.num_gpus))
+    lent_now: Counter[Key] = Counter()
 
     for a in d.actions:
         job = jobs[a.job_id]
@@ -83,7 +99,7 @@ def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") ->
                     or t is None
                     or not p.schedulable
                     or not fits(job.num_gpus, job.min_sort_order, t, p.capacity)
-                    or p.free < gpus
+                    or p.free + lent[a.job_id] < gpus
                 ), f"{a}: the placement is up and fits"
             if a.reason in (ReleaseReason.FILLED, ReleaseReason.SWAP):
                 assert a.job_id in dispatched, f"{a}: released as {a.reason} without a dispatch"
@@ -92,7 +108,7 @@ def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") ->
                     assert gpus == job.num_gpus, f"{a}: filled below num_gpus"
             assert a.reason is not ReleaseReason.CANCEL, "decide never cancels"
             if key in idle:
-                idle[key] += gpus - used_own.pop(a.job_id, 0)
+                idle[key] += gpus - lent[a.job_id] - used_own.pop(a.job_id, 0)
             continue
 
         walk_started = True
@@ -100,6 +116,26 @@ def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") ->
         tier = tiers[a.tier]
         assert p.schedulable, f"{a}: on a node that is down or drained"
         assert fits(job.num_gpus, job.min_sort_order, tier, p.capacity), f"{a}: does not fit"
+        if isinstance(a, Dispatch) and a.lent_from is not None:
+            # The lending option: on the top job's reserved GPUs, ending by its fill.
+            assert reserved_gpus == "lend-by-limit", f"{a}: lent under R4"
+            assert a.lent_from == top and top in held and held[top][0] == key, a
+            assert a.job_id not in dispatched and a.num_gpus == job.num_gpus, a
+            assert job.time_limit_s is not None and job.reservation is None, a
+            assert a.lent_until == snap.now + job.time_limit_s, a
+            lent[top] += a.num_gpus
+            assert lent[top] <= held[top][1], f"{a}: lends more GPUs than are reserved"
+            lacking = jobs[top].num_gpus - held[top][1] - idle[key]
+            fill = snap.now
+            for end, n in sorted(ends.get(key, ())):
+                if lacking <= 0:
+                    break
+                lacking -= n
+                fill = end
+            assert lacking <= 0 and a.lent_until <= fill, f"{a}: ends after the fill {fill}"
+            dispatched[a.job_id] = key
+            lent_now[key] += a.num_gpus
+            continue
         if isinstance(a, Dispatch):
             assert a.job_id not in dispatched, f"{a}: dispatched twice"
             assert a.num_gpus == job.num_gpus, f"{a}: one placement, all the GPUs the job asks"
@@ -110,6 +146,9 @@ def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") ->
             assert from_idle <= idle[key], f"{a}: takes reserved or busy GPUs (R4)"
             idle[key] -= from_idle
             used_own[a.job_id] = own
+            limit = job.time_limit_s
+            end = math.inf if limit is None else snap.now + limit
+            ends.setdefault(key, []).append((end, a.num_gpus))
             dispatched[a.job_id] = key
         elif isinstance(a, StartReservation):
             assert a.job_id == top, f"{a}: only the top job may reserve (R2)"
@@ -141,7 +180,8 @@ def check_cycle(snap: Snapshot, d: Decisions, top_job: str = "first-waiting") ->
         assert 0 < held[job_id][1] < jobs[job_id].num_gpus
     dispatched_gpus = Counter[Key]()
     for a in d.dispatches():
-        dispatched_gpus[(a.node, a.tier)] += a.num_gpus
+        if a.lent_from is None:  # lent GPUs are counted in the reservation
+            dispatched_gpus[(a.node, a.tier)] += a.num_gpus
     for key, p in placements.items():
         reserved = sum(g for k, g in held.values() if k == key)
         assert p.busy + dispatched_gpus[key] + reserved <= p.capacity, f"{key} over capacity"

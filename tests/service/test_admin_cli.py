@@ -218,12 +218,12 @@ def test_set_usage_is_never_negative_and_leaves_an_auditable_lab_event(
     capsys.readouterr()
     code, out, _ = run(capsys, "admin", "lab", "set-usage", "alpha", "2500000", "--note", "q3")
     assert code == 0
-    assert out.startswith("lab alpha: usage 1.5k -> 2.5M TFLOP-s (recorded as lab event ")
+    assert out.startswith("lab alpha: usage 1,500 -> 2,500,000 TFLOP-s (recorded as lab event ")
     code, _, err = run(capsys, "admin", "lab", "set-usage", "nosuch", "1")
     assert code == 1 and err.startswith("jpushare admin: no lab 'nosuch'")
     code, out, _ = run(capsys, "admin", "lab", "list")
     rows = [line.split()[:3] for line in out.splitlines()]
-    assert rows == [["RANK", "LAB", "USAGE"], ["1", "beta", "0"], ["2", "alpha", "2.5M"]]
+    assert rows == [["RANK", "LAB", "USAGE"], ["1", "beta", "0"], ["2", "alpha", "2,500,000"]]
     code, out, _ = run(capsys, "admin", "lab", "events")
     lines = out.splitlines()
     assert lines[0].split() == ["ID", "LAB", "AT", "KIND", "BY", "BEFORE", "AFTER", "NOTE"]
@@ -232,8 +232,8 @@ def test_set_usage_is_never_negative_and_leaves_an_auditable_lab_event(
         and "usage_set" in lines[1]
         and lines[1].split()[-3:]
         == [
-            "1.5k",
-            "2.5M",
+            "1,500",
+            "2,500,000",
             "q3",
         ]
     )

@@ -101,7 +101,7 @@ def test_the_readme_walkthrough_runs_back_to_back(demo_dir: tuple[Path, Service]
         if step.command.startswith("jpushare submit") and claim:
             job, node = claim.groups()
             assert done.stdout.startswith(f"submitted job {job} "), said
-            if "--wait" in shlex.split(step.command):  # it has left the queue: where to?
+            if "--wait-started" in shlex.split(step.command):  # it has left the queue: where to?
                 assert f"job {job} (sleep): " in done.stdout and f" on {node}/" in done.stdout
     why = next(out for cmd, out in outputs.items() if cmd.startswith("jpushare why"))
     assert why.startswith(("job 3: RESERVING", "job 3: WAITING_FOR_GPUS")), why

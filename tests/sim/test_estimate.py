@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from jpushare.api.estimates import job_estimate
 from jpushare.policy.model import (
     Decisions,
     Placement,
@@ -150,3 +151,48 @@ def test_from_a_replays_state_with_true_run_times_the_forecast_is_the_replay(see
     fc = forecast(snap, duration, running_labs=labs)
     actual = {r.job_id: r.first_start for r in result.jobs}
     assert fc.starts == {q.job_id: actual[q.job_id] for q in snap.queue}
+
+
+def test_a_running_jobs_remaining_time_conditions_on_how_long_it_has_run() -> None:
+    history = RunHistory([PastRun("ann", "L", 2, d) for d in (100.0, 300.0, 900.0)])
+    ann = JobOwner("ann", "L")
+    # Run 200 s: of ann's runs only 300 and 900 lasted longer; the median of d - t is 400.
+    left = history.remaining(2, ann, None, 200.0)
+    assert (left.run_s, left.basis) == (400.0, EstimateBasis.USER_HISTORY)
+    # Past every run seen: unknown, taken as long again as it has run.
+    past = history.remaining(2, ann, None, 1000.0)
+    assert (past.run_s, past.basis) == (1000.0, EstimateBasis.UNKNOWN)
+    # A limit decides: its remainder.
+    limited = history.remaining(2, ann, 600.0, 200.0)
+    assert (limited.run_s, limited.basis) == (400.0, EstimateBasis.TIME_LIMIT)
+    # A queued job (t = 0) is the whole median.
+    assert history.estimate(2, ann, None).run_s == 300.0
+
+
+def test_a_job_blocked_by_a_run_past_its_users_median_is_not_estimated_at_now() -> None:
+    """The old estimate let such a run "end at once", so every job behind it "started now"."""
+    history = RunHistory([PastRun("ann", "L", 4, d) for d in (100.0, 200.0, 5000.0)])
+    running = (RunningJob("1", "n1", "a", 4, NOW - 1000),)  # past ann's median of 200 s
+    queue = (QueuedJob("3", "L", 2, 10, NOW - 50),)
+    owners = {"1": JobOwner("ann", "L"), "3": JobOwner("bob", "L")}
+    est = estimate_starts(snapshot(queue, running), owners, history)
+    assert est.basis["1"] is EstimateBasis.USER_HISTORY
+    assert est.starts["3"] == NOW + 4000  # the 5000 s run, the only one longer than 1000 s
+
+
+def test_no_running_job_ends_before_the_next_cycle() -> None:
+    running = (RunningJob("1", "n1", "a", 4, NOW - 5000, 3600.0),)  # past its limit
+    queue = (QueuedJob("3", "L", 2, 10, NOW - 50, None, 60.0),)
+    est = estimate_starts(snapshot(queue, running), {}, RunHistory(()), cycle_s=5.0)
+    start = est.starts["3"]
+    assert start is not None and start >= NOW + 5.0
+    # A job the next cycle can start is estimated at the snapshot's instant.
+    idle = estimate_starts(snapshot(queue, ()), {}, RunHistory(()), cycle_s=5.0)
+    assert idle.starts["3"] == NOW
+
+
+def test_a_reused_forecasts_start_is_never_before_the_request() -> None:
+    queue = (QueuedJob("3", "L", 2, 10, NOW - 50, None, 60.0),)
+    est = estimate_starts(snapshot(queue, ()), {}, RunHistory(()))
+    assert job_estimate(est, "3").start == NOW
+    assert job_estimate(est, "3", NOW + 21).start == NOW + 21  # not "21 s ago"

@@ -284,3 +284,27 @@ def test_docs_render_every_operation_with_the_network_closed(
     scripts = visit.page.locator("script[src]").evaluate_all("els => els.map(e => e.src)")
     assert scripts and all(urlsplit(s).hostname in LOCAL_HOSTS for s in scripts)
     save_screenshot(visit.page, screenshots, "7-docs")
+
+
+PAGES = ("/", "/placements", "/labs", "/jobs", "/watch")
+
+
+@pytest.mark.parametrize("width", [390, 1366])
+def test_no_page_is_wider_than_the_screen(
+    browser: Any, served: Served, screenshots: Path, width: int
+) -> None:
+    """README: no page scrolls sideways, on a phone (390 px) or a laptop (1366 px); a
+    table too wide for the screen scrolls inside its own box."""
+    visit = Visit(browser, served)
+    visit.page.set_viewport_size({"width": width, "height": 900})
+    try:
+        visit.sign_in("alice")
+        job = served.scenario.jobs["llm-finetune"]
+        for path in (*PAGES, f"/jobs/{job}", "/jobs/abc"):
+            visit.goto(path)
+            wide = visit.page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"{path} is {wide} px wide at {width} px"
+            name = path.strip("/").replace("/", "-") or "queue"
+            save_screenshot(visit.page, screenshots, f"w{width}-{name}")
+    finally:
+        visit.close()

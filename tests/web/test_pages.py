@@ -174,3 +174,57 @@ def test_jpushare_web_prints_the_sign_in_link_of_its_token(
     assert out.getvalue().strip() == dashboard_link("http://head:8000", "jps_a/b+c")
     assert run_web(Namespace(url=None, token_file=None, open=False), io.StringIO()) == 1
     assert "error UNAUTHENTICATED" in capsys.readouterr().err
+
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "message"),
+    [
+        ("/nope", 404, "Not Found"),
+        ("/jobs/abc", 422, "job_id: Input should be a valid integer"),
+        ("/v1/jobs/abc", 422, None),  # the API answers JSON, whoever asks
+    ],
+)
+def test_a_browser_gets_an_error_page_and_an_api_client_json(
+    api: ApiWorld, path: str, status: int, message: str | None
+) -> None:
+    signed_in(api)
+    page = api.client.get(path, headers={**BROWSER, **api.auth("alice")})
+    assert page.status_code == status
+    if message is None:
+        assert page.headers["content-type"].startswith("application/json")
+    else:
+        assert page.headers["content-type"].startswith("text/html")
+        assert message in page.text and '<a href="/">Back to the queue</a>' in page.text
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    client = api.client.get(path, headers={"Accept": "application/json", **api.auth("alice")})
+    assert client.status_code == status
+    assert client.json()["error"]["code"] in ("NOT_FOUND", "VALIDATION_ERROR")
+
+
+def test_the_favicon_is_served_and_linked_from_every_page(api: ApiWorld) -> None:
+    icon = api.client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg")
+    signed_in(api)
+    assert 'rel="icon" href="/static/web/favicon.svg"' in api.client.get("/").text
+    assert api.client.get("/static/web/favicon.svg").status_code == 200
+
+
+def test_one_format_per_kind_for_the_cli_the_pages_and_the_csv() -> None:
+    """README, "Number formats": the issue's one cost read 8.43k, 8,426 and
+    8425.509185791016 in three places."""
+    from datetime import UTC, datetime
+
+    from jpushare.client.formatting import amount, csv_number, duration, timestamp
+    from jpushare.web import render
+
+    cost = 8425.509185791016
+    assert amount(cost) == render.tflops(cost) == "8,426"
+    assert (amount(12.5), amount(0.25), amount(0)) == ("12.5", "0.25", "0")
+    assert csv_number(cost) == "8425.509" and csv_number(None) == ""
+    assert render.duration(750) == duration(750) == "12.5m"
+    at = datetime(2026, 1, 5, 9, 0, 5, tzinfo=UTC)
+    assert render.utc(at) == timestamp(at) == "2026-01-05 09:00:05 UTC"

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from fastapi import FastAPI
@@ -59,7 +60,7 @@ from jpushare.api.errors import install_error_handlers
 from jpushare.api.estimates import StartEstimateCache
 from jpushare.api.metric_figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
-from jpushare.api.routes import admin, cluster, jobs, service, stats
+from jpushare.api.routes import admin, backfill, cluster, jobs, service, stats
 from jpushare.api.schemas import ErrorPublic
 from jpushare.config import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -157,6 +158,9 @@ def create_app(
             return metric_figures(session, placements, now=clock())
 
     service_metrics.collect_figures_from(read_figures)
+    keeper_dir = backfill.keeper_dir_of(executor)
+    if keeper_dir is not None:  # the LLM backfill figures (issue 22)
+        service_metrics.collect_backfill_from(partial(backfill.backfill_figures, keeper_dir))
 
     app = FastAPI(
         title="JPU-Share",
@@ -187,6 +191,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=max_body_bytes, timeout_s=body_timeout_s)
     for router in (jobs.router, cluster.router, stats.router, admin.router, service.router):
         app.include_router(router)
+    app.include_router(backfill.router)  # GET /v1/backfill (issue 22)
     from jpushare.web import install_web  # here: jpushare.web imports the API's routes
 
     install_web(app)

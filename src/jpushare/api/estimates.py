@@ -127,11 +127,19 @@ class StartEstimateCache:
         return age >= self.cycle_s or age < 0
 
 
-def job_estimate(estimates: StartEstimates | None, job_id: JobId) -> JobEstimate:
-    """One job's figures from a forecast (both None when there is none)."""
+def job_estimate(
+    estimates: StartEstimates | None, job_id: JobId, now: float | None = None
+) -> JobEstimate:
+    """One job's figures from a forecast (both None when there is none).
+
+    `now`: the request's instant. A reused forecast is older than the request, so a start
+    it put before `now` (the job has not started yet) is raised to `now`: never "ago"."""
     if estimates is None:
         return JobEstimate(None, None)
-    return JobEstimate(estimates.starts.get(job_id), estimates.basis.get(job_id))
+    start = estimates.starts.get(job_id)
+    if start is not None and now is not None:
+        start = max(start, now)
+    return JobEstimate(start, estimates.basis.get(job_id))
 
 
 def load_inputs(session: Session) -> Inputs:

@@ -294,6 +294,7 @@ _BASIS_WORDS = {
     "user_history": "its user's median run of that many GPUs",
     "lab_history": "its lab's median run of that many GPUs",
     "default": "the default of one hour (no limit, no history)",
+    "unknown": "unknown (no run that long seen: as long again as it has run)",
 }
 
 
@@ -306,8 +307,9 @@ def estimate_sentence(est: JobEstimate, now: float, code: AnswerCode) -> str:
     ahead = "" if est.basis is None else f"; its own run is taken as {_BASIS_WORDS[est.basis]}"
     return (
         f"Estimated to start around {when(from_epoch(start))} (in {duration(start - now)}),"
-        " assuming running and queued jobs end at their time limits (or, lacking one, their"
-        f" users' usual run times) and no job arrives ahead of it{ahead}."
+        " assuming running and queued jobs end at their time limits (or, lacking one, as their"
+        " users' past runs that lasted as long did) and no job arrives ahead of it"
+        f"{ahead}."
     )
 
 
@@ -330,7 +332,7 @@ def queued_why(
     the start estimate where a forecast (`api.estimates`) gave one."""
     jid = job.policy_id
     a = answer(view, jid)
-    est = job_estimate(estimates, jid)
+    est = job_estimate(estimates, jid, view.snapshot.now)
     f = a.facts
     start = next((x for x in a.planned if isinstance(x, Dispatch)), None)
     blocking = None
@@ -388,7 +390,7 @@ def queue_entries(
         if job is None:  # ended between the snapshot and this read: leave it out
             continue
         a = answer(view, jid)
-        est = job_estimate(estimates, jid)
+        est = job_estimate(estimates, jid, view.snapshot.now)
         out.append(
             QueueEntryPublic(
                 rank=rank + 1,

@@ -3,11 +3,13 @@
     jpushare submit --gpus N [--min-tier T] [--name NAME] [--time-limit TIME]
                     [--chdir DIR] [--export ALL|NONE|VAR[,VAR=value…]]
                     [--output PATH] [--error PATH] [--cpus-per-gpu N] [--mem-per-gpu SIZE]
-                    -- CMD…
+                    [-J NAME] [-G [TYPE:]N | --gres gpu[:TYPE]:N] [-p P] [--wrap CMD]
+                    (-- CMD… | SCRIPT [ARGS…])     (see submit_command; docs/slurm-users.md)
     jpushare jobs [--state S]... [--lab L] [--mine] [--user U] [--name NAME]
                   [--since WHEN] [--until WHEN] [--format table|csv] [--limit N]
     jpushare show JOB
-    jpushare queue [--limit N] [--start]
+    jpushare queue [--limit N] [--start] [--me | -u U]
+    jpushare squeue [--me | -u U]
     jpushare why JOB
     jpushare wait JOB… [--started] [--timeout S]
     jpushare cancel [JOB…] [--state S]... [--name NAME] [--user U]
@@ -36,47 +38,47 @@ is the caller's own (as `cat` would); another user's (a pi's or an admin's view)
 through `formatting.clean_output` (its lines kept) unless `--raw`.
 
 Exit codes: 0 done; 1 the API refused or could not be reached (one line on stderr:
-`error CODE: message`); 2 bad usage.
+`error CODE: message`); 2 bad usage. `wait` and `submit --wait` exit as `sbatch --wait`,
+with the job's exit code, and with codes of their own for a job that ended without one
+and for a timeout (`jpushare.client.exit_codes`, printed by their --help).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from jpushare.client import job_commands
+from jpushare.client import (
+    arguments,
+    cluster_views,
+    job_commands,
+    log_command,
+    squeue_view,
+    submit_command,
+)
+from jpushare.client.arguments import UsageError
 from jpushare.client.config import ClientConfigError, config_path, load_client_config
+from jpushare.client.exit_codes import (
+    EXIT_CODES_HELP,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_WAIT_TIMEOUT,
+)
 from jpushare.client.formatting import (
     ago,
     amount,
     clean,
-    clean_output,
-    duration,
     json_text,
     parse_time,
-    state_label,
     table,
 )
 from jpushare.client.token_args import add_token_options, read_token_file
 from jpushare.client.web import register_web
-from jpushare.memory_sizes import parse_mem_mb
-from jpushare.run_settings import ENV_NAME
-from jpushare.time_limits import TimeLimitError, parse_time_limit
-from jpushare.vocabulary import ACTIVE_STATES, JobState
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
-JOB_STATES = tuple(JobState)
-_STATE_ALIASES = {"QUEUED": JobState.GLOBAL_QUEUE_WAIT, "WAITING": JobState.GLOBAL_QUEUE_WAIT}
-
 
 # --- formatting (shared helpers live in jpushare.client.formatting) --------------------------
 
@@ -101,10 +103,6 @@ def _next_cycle(actions: Sequence[JSON] | None) -> str:
     return ", ".join(words) or "-"
 
 
-def _held_by(reservations: Sequence[JSON] | None) -> str:
-    return ", ".join(f"job {r['job_id']}: {r['gpus']}/{r['of']}" for r in reservations or ()) or "-"
-
-
 # --- commands --------------------------------------------------------------------------------
 
 if TYPE_CHECKING:  # httpx is imported only when a command talks to the API (start-up time)
@@ -112,44 +110,6 @@ if TYPE_CHECKING:  # httpx is imported only when a command talks to the API (sta
     from jpushare.munge import Munge
 
     Printer = Callable[[Client, argparse.Namespace, TextIO, datetime], JSON | str]
-
-
-def _submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    words = list(args.cmd)
-    if words and words[0] == "--":
-        words = words[1:]
-    if not words:
-        raise UsageError(
-            "submit needs a command after --, e.g. jpushare submit --gpus 1 -- nvidia-smi"
-        )
-    command = words[0] if len(words) == 1 else shlex.join(words)
-    job = api.submit(
-        args.name or "",
-        command,
-        args.gpus,
-        min_tier=args.min_tier,
-        time_limit_s=args.time_limit,
-        workdir=os.path.abspath(args.chdir or os.getcwd()),
-        environment=export_environment(args.export, os.environ),
-        output_path=args.output,
-        error_path=args.error,
-        cpus_per_gpu=args.cpus_per_gpu,
-        mem_per_gpu_mb=args.mem_per_gpu,
-    )
-    if not args.json:
-        tier = f", tier >= {job['min_tier']}" if job.get("min_tier") else ""
-        print(
-            f"submitted job {job['id']} ({job['name']}): {job['num_gpus']} GPU"
-            f"{'s' if job['num_gpus'] != 1 else ''}{tier}, {state_label(job['state'])}; "
-            f"`jpushare why {job['id']}` says what it waits for",
-            file=out,
-            flush=True,
-        )
-    if args.wait:  # until it leaves the queue, as `jpushare wait --started`
-        (job,) = job_commands.wait_for(api, [job["id"]], "started", args.timeout, args.poll)
-        if not args.json:
-            print(job_commands.wait_line(job), file=out)
-    return job
 
 
 def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
@@ -165,7 +125,7 @@ def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> 
 
 
 def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.queue(limit=args.limit)
+    result = squeue_view.selected_queue(api, args, args.limit)
     if not args.json:
         rows = [
             (
@@ -195,7 +155,9 @@ def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
             headers += ("START", "BASIS")
         print(table(headers, shown), file=out)
         length = result["queue_length"]
-        if length > len(rows):
+        if "selected" in result:
+            print(f"({len(rows)} of {result['selected']} selected; {length} queued)", file=out)
+        elif length > len(rows):
             print(f"({len(rows)} of {length} queued jobs shown)", file=out)
         elif not rows:
             print("(the queue is empty)", file=out)
@@ -232,7 +194,7 @@ def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
                     p["reserved"],
                     p["idle"],
                     "yes" if p["schedulable"] else "no",
-                    _held_by(p.get("reservations")),
+                    cluster_views.held_by(p.get("reservations")),
                 )
                 for p in places
             ]
@@ -246,280 +208,7 @@ def _why(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     return why
 
 
-def export_environment(spec: str, env: Mapping[str, str]) -> dict[str, str]:
-    """sbatch's --export: `ALL` (every variable), `NONE`, or `[ALL,]VAR[,VAR=value…]`.
-
-    ALL leaves out the client's own JPUSHARE_* settings (the token must not reach the
-    job's record, which the lab's PI can read) and names no shell takes (exported bash
-    functions); a variable named in the list is sent whatever its name."""
-    items = [item.strip() for item in spec.split(",") if item.strip()]
-    if not items:
-        raise UsageError("--export needs ALL, NONE or variable names")
-    out: dict[str, str] = {}
-    if items[0].upper() == "NONE" and len(items) == 1:
-        return out
-    if items[0].upper() == "ALL":
-        out = {
-            k: v
-            for k, v in env.items()
-            if ENV_NAME.fullmatch(k) and not k.startswith("JPUSHARE_") and "\x00" not in v
-        }
-        items = items[1:]
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not ENV_NAME.fullmatch(name):
-            raise UsageError(f"--export: {name!r} is not a variable name")
-        if eq:
-            out[name] = value
-        elif name in env:
-            out[name] = env[name]
-    return out
-
-
-_LIVE = ACTIVE_STATES
-
-
-def _log(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.log(args.job, args.attempt, stderr=args.stderr)
-    if args.json:
-        return result
-    if result["attempt"] == 0:
-        print(f"(job {result['job_id']} has not run yet: no log)", file=out)
-        return result
-    shown_as: Callable[[str], str] = str
-    if not args.raw and not _is_mine(api, args.job):
-        shown_as = clean_output
-        print(
-            f"(job {args.job} is another user's: its output is shown without control "
-            "characters; --raw shows it as it is)",
-            file=sys.stderr,
-        )
-    if not result["log"] and result.get("state") in _LIVE:
-        print(f"(job {result['job_id']} has no output yet)", file=out, flush=True)
-    _write(out, shown_as(result["log"]))
-    if not args.follow:
-        _end_line(out, result["log"])
-        return result
-    shown, last = result["log"], result["log"]
-    while result.get("state") in _LIVE or result["log"]:
-        time.sleep(args.poll)
-        offset = result["next_offset"] if result.get("path") else 0
-        result = api.log(args.job, result["attempt"], stderr=args.stderr, offset=offset)
-        text = result["log"]
-        if not result.get("path"):  # a job from before revision 0003: the whole tail again
-            text = text[len(shown) :] if text.startswith(shown) else text
-            shown = result["log"]
-            result["log"] = text
-        _write(out, shown_as(text))
-        last = text or last
-    _end_line(out, last)
-    return result
-
-
-def _is_mine(api: Client, job_id: int) -> bool:
-    """Whether the caller submitted the job: the newest of their own jobs up to it is it."""
-    page = api.jobs(mine=True, before_id=job_id + 1, limit=1)
-    return any(j["id"] == job_id for j in page["data"])
-
-
-def _write(out: TextIO, text: str) -> None:
-    out.write(text)
-    out.flush()
-
-
-def _end_line(out: TextIO, text: str) -> None:
-    if text and not text.endswith("\n"):
-        out.write("\n")
-
-
-def _labs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.labs()
-    if not args.json:
-        rows = [
-            (
-                lab.get("rank"),
-                lab["name"],
-                amount(lab["usage_tflop_s"]),
-                _share(lab.get("share")),
-                amount(lab.get("in_flight_tflop_s", 0.0)),
-                lab["running_jobs"],
-                lab.get("running_gpus"),
-                lab.get("reserved_gpus"),
-                lab["queued_jobs"],
-            )
-            for lab in result["data"]
-        ]
-        headers = ("RANK", "LAB", "USAGE (TFLOP-s)", "SHARE", "IN FLIGHT", "RUNNING", "GPUS")
-        print(table((*headers, "RESERVED", "QUEUED"), rows), file=out)
-        print(
-            "(rank 1 is served first; IN FLIGHT: held by running jobs and reservations, "
-            "charged when each job ends)",
-            file=out,
-        )
-    return result
-
-
-def _placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.placements()
-    if not args.json:
-        rows = []
-        for p in result["data"]:
-            state = p["node_state"] + (" drained" if p["drained"] else "")
-            rows.append(
-                (
-                    p["node"],
-                    p["tier"],
-                    p["capacity"],
-                    p["busy"],
-                    p["reserved"],
-                    p["idle"],
-                    state,
-                    _held_by(p["reservations"]),
-                )
-            )
-        headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "STATE")
-        print(table((*headers, "RESERVED FOR"), rows), file=out)
-    return result
-
-
-def _tiers(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    result = api.tiers()
-    if not args.json:
-        rows = [
-            (
-                t["name"],
-                t["tflops"],
-                t["sort_order"],
-                t["max_gpus"],
-                "yes" if t["auto_assign"] else "no",
-                t.get("partition"),
-            )
-            for t in result["data"]
-        ]
-        print(table(("TIER", "TFLOPS", "ORDER", "MAX-GPUS", "AUTO", "PARTITION"), rows), file=out)
-    return result
-
-
-def _share(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _stats(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    w = api.watch(args.since)
-    if not args.json:
-        r = w["reservations"]
-        rel = r["released"]
-        h = w["hold_s"]
-        u = w["usage"]
-        print(f"watch-list (SPEC §10) since {w['since']} ({ago(w['since'], now)})", file=out)
-        print(
-            f"reservations: {r['started']} started, {r['failed']} failed"
-            f" ({_share(r['failed_rate'])}: r3 {rel['r3']}, r5 {rel['r5']},"
-            f" cancel {rel['cancel']}); filled {rel['filled']}, swap {rel['swap']},"
-            f" still held {r['held']}",
-            file=out,
-        )
-        print(
-            f"hold: mean {duration(h['mean'])}, p95 {duration(h['p95'])},"
-            f" max {duration(h['max'])} ({h['count']} released)",
-            file=out,
-        )
-        print(
-            f"reservation cost: {_share(u['reservation_share'])} of"
-            f" {amount(u['charged_tflop_s'])} TFLOP-s charged for {u['ended_jobs']} ended jobs",
-            file=out,
-        )
-        labs = [
-            (lab, c["started"], c["failed"], _share(c["failed_rate"]))
-            for lab, c in w["reservations_by_lab"].items()
-        ]
-        if labs:
-            print("\nfailed reservations per lab:", file=out)
-            print(table(("LAB", "STARTED", "FAILED", "RATE"), labs), file=out)
-        sizes = [
-            (
-                int(g),
-                c["jobs"],
-                "-" if c["burden"] is None else f"{c['burden']:.3f}",
-                duration(c["mean_wait_s"]),
-                amount(c["run_tflop_s"]),
-                amount(c["reservation_tflop_s"]),
-            )
-            for g, c in w["by_gpus"].items()
-        ]
-        if sizes:
-            print("\nended jobs by size (burden = charged / run TFLOP-s; 1.000 = none):", file=out)
-            headers = ("GPUS", "JOBS", "BURDEN", "MEAN-WAIT", "RUN (TFLOP-s)", "RESERVED")
-            print(table(headers, sizes), file=out)
-    return w
-
-
 # --- plumbing --------------------------------------------------------------------------------
-
-
-class UsageError(Exception):
-    """Bad arguments that argparse could not catch (exit 2)."""
-
-
-def _job_id(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a job id: {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"not a job id: {raw!r}")
-    return value
-
-
-def _gpus(raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of GPUs: {raw!r}") from None
-
-
-def _state(raw: str) -> str:
-    value = _STATE_ALIASES.get(raw.upper(), raw.upper())
-    if value not in JOB_STATES:
-        raise argparse.ArgumentTypeError(
-            f"unknown state {raw!r} (one of: {', '.join(JOB_STATES)}, or QUEUED)"
-        )
-    return value
-
-
-def _positive(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0: {raw!r}")
-    return value
-
-
-def _time_limit(raw: str) -> float:
-    """--time-limit as sbatch's --time: `90` (minutes), `1:30:00`, `2-00:00:00`, `1h30m`."""
-    try:
-        return parse_time_limit(raw)
-    except TimeLimitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _cpus(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a CPU count: {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 CPU per GPU, not {value}")
-    return value
-
-
-def _mem(raw: str) -> int:
-    try:
-        return parse_mem_mb(raw)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _common() -> argparse.ArgumentParser:
@@ -586,18 +275,25 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
         return EXIT_ERROR
     except job_commands.WaitTimeout as exc:
         print(f"error TIMEOUT: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_WAIT_TIMEOUT
+    except job_commands.Ended as exc:
+        if args.json:
+            out.write(json_text(exc.answer) + "\n")
+        return exc.code
     if args.json:
         out.write(json_text(result) + "\n")
     return EXIT_OK
 
 
+_STATE_HELP = "repeatable; QUEUED, RUNNING, … or Slurm's PENDING/PD, R, CD, F, CA"
 _WINDOW_HELP = "window {}: a duration back from now (12h, 7d, 2w) or an ISO date/time"
 
 
 def _wait_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=_positive, metavar="S", help="give up after S seconds")
-    p.add_argument("--poll", type=_positive, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--timeout", type=arguments.positive, metavar="S", help="give up after S seconds"
+    )
+    p.add_argument("--poll", type=arguments.positive, default=1.0, help=argparse.SUPPRESS)
 
 
 def register(subparsers: Any) -> None:
@@ -605,58 +301,38 @@ def register(subparsers: Any) -> None:
     stats."""
     common = _common()
 
-    def add(name: str, printer: Printer, help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, printer: Printer, help_text: str, epilog: str | None = None
+    ) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = subparsers.add_parser(
-            name, parents=[common], help=help_text, description=help_text
+            name,
+            parents=[common],
+            help=help_text,
+            description=help_text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.set_defaults(func=lambda args: run(args, printer))
         return p
 
-    p = add("submit", _submit, "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…")
-    p.add_argument("--gpus", type=_gpus, required=True, metavar="N", help="1-8 GPUs on one node")
-    p.add_argument("--min-tier", metavar="T", help="the weakest GPU tier it may run on")
-    p.add_argument(
-        "--name", metavar="NAME", help="default: the command's program name (e.g. python3)"
+    p = add(
+        "submit",
+        submit_command.submit,
+        "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…",
+        submit_command.SUBMIT_EPILOG,
     )
-    p.add_argument(
-        "--time-limit",
-        "-t",
-        type=_time_limit,
-        metavar="TIME",
-        help="runtime limit, as sbatch --time: 90 (minutes), 1:30:00, 2-00:00:00, 1h30m",
-    )
-    p.add_argument("--chdir", "-D", metavar="DIR", help="where it runs (default: here)")
-    p.add_argument(
-        "--export",
-        default="ALL",
-        metavar="ALL|NONE|VAR[,VAR=value…]",
-        help="its environment, as sbatch's --export (default ALL: this one)",
-    )
-    p.add_argument(
-        "--output",
-        "-o",
-        metavar="PATH",
-        help="stdout file: %%j job, %%a attempt (default jpushare-%%j.out in its directory)",
-    )
-    p.add_argument("--error", "-e", metavar="PATH", help="stderr file (default: with stdout)")
-    p.add_argument("--cpus-per-gpu", type=_cpus, metavar="N", help="default: the tier's")
-    p.add_argument(
-        "--mem-per-gpu", type=_mem, metavar="SIZE", help="e.g. 16G (default: the tier's)"
-    )
-    p.add_argument(
-        "--wait", action="store_true", help="return once it has left the queue (or ended)"
-    )
+    submit_command.add_submit_options(p)
     _wait_options(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command")
 
     p = add("jobs", _jobs, "list jobs, newest first (as sacct: --since, --until, --format csv)")
-    p.add_argument("--state", type=_state, action="append", metavar="S", help="repeatable")
+    p.add_argument("--state", "-s", type=arguments.state, action="append", metavar="S",
+                   help=_STATE_HELP)  # fmt: skip
     p.add_argument("--lab", metavar="L")
-    p.add_argument("--mine", action="store_true", help="only my jobs")
-    p.add_argument("--user", metavar="U", help="only this user's jobs")
-    p.add_argument("--name", metavar="NAME", help="only jobs of this name")
-    p.add_argument("--since", metavar="WHEN", help=_WINDOW_HELP.format("start"))
-    p.add_argument("--until", metavar="WHEN", help=_WINDOW_HELP.format("end (excluded)"))
+    p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
+    p.add_argument("--user", "-u", metavar="U", help="only this user's jobs")
+    p.add_argument("--name", "-n", metavar="NAME", help="only jobs of this name")
+    p.add_argument("--since", "-S", metavar="WHEN", help=_WINDOW_HELP.format("start"))
+    p.add_argument("--until", "-E", metavar="WHEN", help=_WINDOW_HELP.format("end (excluded)"))
     p.add_argument(
         "--format",
         choices=("table", "csv"),
@@ -668,16 +344,22 @@ def register(subparsers: Any) -> None:
     )
 
     p = add("show", job_commands.show, "a job in full: command, times, attempts, costs")
-    p.add_argument("job", type=_job_id, metavar="JOB", help="the job id")
+    p.add_argument("job", type=arguments.job_id, metavar="JOB", help="the job id")
 
     p = add("cancel", job_commands.cancel_many, "cancel jobs: by id, or by --state/--name/--user")
-    p.add_argument("jobs", type=_job_id, nargs="*", metavar="JOB", help="job ids")
-    p.add_argument("--state", type=_state, action="append", metavar="S", help="repeatable")
-    p.add_argument("--name", metavar="NAME", help="jobs of this name")
-    p.add_argument("--user", metavar="U", help="this user's jobs (default: mine)")
+    p.add_argument("jobs", type=arguments.job_id, nargs="*", metavar="JOB", help="job ids")
+    p.add_argument("--state", "-t", type=arguments.state, action="append", metavar="S",
+                   help=_STATE_HELP)  # fmt: skip
+    p.add_argument("--name", "-n", metavar="NAME", help="jobs of this name")
+    p.add_argument("--user", "-u", metavar="U", help="this user's jobs (default: mine)")
 
-    p = add("wait", job_commands.wait, "wait until jobs end (or, with --started, leave the queue)")
-    p.add_argument("jobs", type=_job_id, nargs="+", metavar="JOB", help="job ids")
+    p = add(
+        "wait",
+        job_commands.wait,
+        "wait until jobs end (or, with --started, leave the queue)",
+        EXIT_CODES_HELP,
+    )
+    p.add_argument("jobs", type=arguments.job_id, nargs="+", metavar="JOB", help="job ids")
     p.add_argument("--started", action="store_true", help="until each has left the queue")
     _wait_options(p)
 
@@ -688,29 +370,39 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="add each job's estimated start (a projection, like squeue --start) and its basis",
     )
+    squeue_view.add_user_selection(p)
+    p = add("squeue", squeue_view.squeue, "running and queued jobs, as squeue shows them")
+    squeue_view.add_user_selection(p)
 
     for name, printer, text in (
         ("why", _why, "why a job is not running (or what happened to it)"),
-        ("log", _log, "a job's output"),
+        ("log", log_command.log, "a job's output"),
     ):
         p = add(name, printer, text)
-        p.add_argument("job", type=_job_id, metavar="JOB", help="the job id")
+        p.add_argument("job", type=arguments.job_id, metavar="JOB", help="the job id")
         if name == "log":
             p.add_argument("--attempt", type=int, metavar="N", help="default: the last")
             p.add_argument("--stderr", action="store_true", help="its error file (--error)")
-            p.add_argument("--follow", "-f", action="store_true", help="until the job ends")
+            p.add_argument(
+                "--follow",
+                "-f",
+                action="store_true",
+                help="until the job ends (a queued job: from when it starts)",
+            )
             p.add_argument(
                 "--raw",
                 action="store_true",
                 help="another user's output as it is, control characters and all "
                 "(your own always is)",
             )
-            p.add_argument("--poll", type=_positive, default=1.0, help=argparse.SUPPRESS)
+            p.add_argument("--poll", type=arguments.positive, default=1.0, help=argparse.SUPPRESS)
 
-    add("labs", _labs, "labs and their usage, least first (the fair-share order)")
-    add("placements", _placements, "GPUs per node and tier: busy, reserved, idle")
-    add("tiers", _tiers, "GPU tiers, strongest first")
-    p = add("stats", _stats, "the watch-list: failed reservations, hold, multi-GPU burden")
+    add("labs", cluster_views.labs, "labs and their usage, least first (the fair-share order)")
+    add("placements", cluster_views.placements, "GPUs per node and tier: busy, reserved, idle")
+    add("tiers", cluster_views.tiers, "GPU tiers, strongest first")
+    p = add(
+        "stats", cluster_views.stats, "the watch-list: failed reservations, hold, multi-GPU burden"
+    )
     p.add_argument(
         "--since",
         metavar="WHEN",

@@ -147,11 +147,28 @@ def ago(value: str | None, now: datetime) -> str:
 
 
 def amount(tflop_s: float) -> str:
-    """TFLOP-seconds, short: 0, 950, 12.3k, 4.56M, 7.89G."""
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(tflop_s) >= limit:
-            return f"{tflop_s / limit:.3g}{suffix}"
-    return f"{tflop_s:.0f}"
+    """TFLOP-seconds as a person reads them, the one format of the CLI, the web's pages and
+    "why": whole numbers with thousands separators from 100 up (`8,426`, `1,234,568`),
+    at most two decimals below (`12.5`, `0.25`, `0`)."""
+    if abs(tflop_s) >= 100:
+        return f"{tflop_s:,.0f}"
+    return f"{tflop_s:,.2f}".rstrip("0").rstrip(".") if tflop_s else "0"
+
+
+def csv_number(value: float | None) -> str:
+    """A fractional figure in a CSV (costs, seconds): three decimals, no thousands
+    separator (`8425.509`, `600.000`); empty when unknown."""
+    if value is None:
+        return ""
+    text = f"{value:.3f}"
+    return "0.000" if text == "-0.000" else text
+
+
+def timestamp(at: datetime | None) -> str:
+    """A time, the one format of the CLI and the web: `2026-01-05 09:00:05 UTC`; '-'."""
+    if at is None:
+        return "-"
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def duration(seconds: float | None) -> str:

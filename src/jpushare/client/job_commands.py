@@ -17,10 +17,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
 from jpushare import vocabulary
+from jpushare.client.exit_codes import EXIT_OK, jobs_exit_code
 from jpushare.client.formatting import (
     ago,
     amount,
     clean,
+    csv_number,
     duration,
     parse_time,
     state_label,
@@ -37,7 +39,8 @@ ACTIVE_STATES = (QUEUED, *LIVE_STATES)
 
 # `jobs --format csv`: one row per job, these columns in this order (a lab's monthly
 # report reads them by name; new columns are only ever appended). Times are ISO 8601 UTC,
-# empty when unknown; costs are TFLOP-seconds; elapsed_s is the run so far (or in all).
+# empty when unknown; costs are TFLOP-seconds; elapsed_s is the run so far (or in all);
+# fractional numbers have at most three decimals (`formatting.csv_number`).
 CSV_COLUMNS: tuple[str, ...] = (
     "id",
     "name",
@@ -135,8 +138,17 @@ def jobs_csv(jobs: Sequence[JSON], out: TextIO, now: datetime) -> None:
     writer.writerow(CSV_COLUMNS)
     for j in jobs:
         ran = elapsed_s(j, now)
-        row = {**j, "elapsed_s": None if ran is None else round(ran, 3)}
-        writer.writerow(["" if row.get(c) is None else row[c] for c in CSV_COLUMNS])
+        row = {**j, "elapsed_s": ran}
+        writer.writerow([_csv_cell(row.get(c)) for c in CSV_COLUMNS])
+
+
+def _csv_cell(value: object) -> object:
+    """Numbers in the one CSV format (`csv_number`: 3 decimals); '' for unknown."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return csv_number(value)
+    return value
 
 
 def _where(job: JSON) -> str:
@@ -226,7 +238,7 @@ def cancel_many(api: Client, args: argparse.Namespace, out: TextIO, now: datetim
     """scancel: the jobs named, or those the filters select (my jobs unless --user), each
     cancelled or refused on its own; exit 1 when any was refused."""
     from jpushare.client.api import ApiError
-    from jpushare.client.cli import UsageError
+    from jpushare.client.arguments import UsageError
 
     filtered = bool(args.state or args.name or args.user)
     if not args.jobs and not filtered:
@@ -299,7 +311,25 @@ def _select(api: Client, args: argparse.Namespace, states: Sequence[str]) -> Ite
 
 
 class WaitTimeout(Exception):
-    """`wait` ran out of time (exit 1, error TIMEOUT)."""
+    """`wait` ran out of time (exit 124, error TIMEOUT)."""
+
+
+class Ended(Exception):
+    """The jobs waited for ended, and not all completed: the run prints the answer, then
+    exits with `code` (`exit_codes.jobs_exit_code`)."""
+
+    def __init__(self, answer: JSON, code: int) -> None:
+        super().__init__(f"exit {code}")
+        self.answer = answer
+        self.code = code
+
+
+def exit_with_jobs(answer: JSON, jobs: Sequence[JSON]) -> JSON:
+    """`answer` when every job completed (or only left the queue), else Ended."""
+    code = jobs_exit_code(jobs)
+    if code != EXIT_OK:
+        raise Ended(answer, code)
+    return answer
 
 
 def wait_for(
@@ -339,7 +369,7 @@ def wait(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     if not args.json:
         for job in jobs:
             print(wait_line(job), file=out)
-    return {"data": jobs}
+    return exit_with_jobs({"data": jobs}, jobs)
 
 
 def wait_line(job: JSON) -> str:

@@ -24,7 +24,7 @@ from jpushare import store
 from jpushare.dispatcher.crash_points import crash_point
 from jpushare.dispatcher.cycle_deps import CycleDeps
 from jpushare.dispatcher.job_ids import job_id
-from jpushare.executors.base import LaunchSpec, SubmitRefused
+from jpushare.executors.base import LaunchSpec, PlansGpus, SubmitRefused
 from jpushare.store.observations import job_states
 from jpushare.store.records import DispatchedJob
 from jpushare.vocabulary import ACTIVE_STATES
@@ -63,8 +63,11 @@ def launch(deps: CycleDeps, dispatched: Iterable[DispatchedJob], now: datetime) 
     for launch in (_launch_of(deps, row) for row in dispatched):
         spec = launch.spec
         deps.check_may_act()
-        # 5. SPEC §6: the router stops LLM backfill there; we do not wait for it.
-        deps.router.request_yield(spec.node, launch.tier, spec.num_gpus, spec.job_id)
+        # 5. SPEC §6: the router stops LLM backfill there (on the job's own GPUs where the
+        # executor knows them); we do not wait for it.
+        deps.router.request_yield(
+            spec.node, launch.tier, spec.num_gpus, spec.job_id, gpus=_planned(deps, spec)
+        )
         try:
             executor_id = deps.executor.submit(spec)
         except SubmitRefused as exc:
@@ -133,6 +136,17 @@ def _confirm(
             log.warning("could not stop run %s: %s", executor_id, exc)
         orphaned.append(launch.row)
     return tuple(started), tuple(orphaned)
+
+
+def _planned(deps: CycleDeps, spec: LaunchSpec) -> list[int] | None:
+    """The GPU indices the executor will give the job, where it picks them (local)."""
+    if not isinstance(deps.executor, PlansGpus):
+        return None
+    try:
+        return deps.executor.planned_gpus(spec)
+    except Exception as exc:  # a hint for the router: never a reason not to dispatch
+        log.warning("job %s: its GPUs could not be planned: %s", spec.job_id, exc)
+        return None
 
 
 def _launch_of(deps: CycleDeps, row: DispatchedJob) -> _Launch:

@@ -146,3 +146,13 @@ class ResolvesLostRuns(Protocol):
         """The run's end as the backend's records tell it; FAILED with a reason saying its
         outcome is unknown when they do not. `ended_at` None: it ended before now."""
         ...
+
+
+@runtime_checkable
+class PlansGpus(Protocol):
+    """An executor that picks a run's GPU indices itself and can say which it would pick
+    (the local executor): the dispatcher names them in the yield request to the router."""
+
+    def planned_gpus(self, spec: LaunchSpec) -> list[int] | None:
+        """The indices `submit(spec)` would give now; None when it would refuse."""
+        ...

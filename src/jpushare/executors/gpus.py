@@ -36,7 +36,7 @@ _FORM_FACTOR = re.compile(r"^(sxm\d*|pcie|nvl|hbm\d*e?|\d+gb)$")
 
 NVIDIA_SMI_QUERY = ("--query-gpu=index,name", "--format=csv,noheader")
 
-Source = Literal["nvml", "nvidia-smi", "declared"]
+Source = Literal["nvml", "nvidia-smi", "declared", "given"]
 
 
 class DeclaredGpus(NamedTuple):
@@ -182,3 +182,25 @@ def discover_gpus(
             )
             return Discovery(gpus, source)
     return Discovery(tuple(declared_gpus(declared)), "declared")
+
+
+def executor_gpus(
+    node: str,
+    declared: Iterable[DeclaredGpus | tuple[str, str, int]],
+    given: Iterable[LocalGpu] | None,
+) -> Discovery:
+    """The local executor's GPUs: `given` (tests) or discovered; one index once per node,
+    logged for the service's start-up lines."""
+    found = discover_gpus(node, declared) if given is None else Discovery(tuple(given), "given")
+    seen: set[tuple[str, int]] = set()
+    for g in found.gpus:
+        if (g.node, g.index) in seen:
+            raise ValueError(f"GPU index {g.index} appears twice on node {g.node}")
+        seen.add((g.node, g.index))
+    log.info(
+        "local executor: %d GPUs from %s: %s",
+        len(found.gpus),
+        found.source,
+        ", ".join(f"{g.node}:{g.index}={g.gpu_type}" for g in found.gpus) or "none",
+    )
+    return found

@@ -25,20 +25,18 @@ with "killed: the job's memory limit of N MiB was reached". Without cgroups (not
 nothing mounted) the executor says so at start and runs jobs as process groups: each
 process may then hold `mem_per_gpu_mb` x GPUs of data (RLIMIT_DATA: CUDA reserves far more
 address space than memory, so RLIMIT_AS would break it), and processes that leave the
-group are not followed. Never isolated: the network. (A job from before revision 0003:
-`local_launch`.)
+group are not followed. Never isolated: the network. Pre-0003 jobs: `local_launch`.
 
 The wrapper that starts a job (`local_run.py`) stays the service's account, like Slurm's
 slurmstepd, so it can write the run's files here; the job is its child and has dropped
 every privilege before `exec`. A job that cannot start (no such account, working directory
 missing or not enterable, output file not writable) ends FAILED with the reason.
 
-Nothing about a run lives only in memory: every run is a set of files in the state
-directory (0700; the layout: `local_records`), so a restarted service (or a second executor
-instance over the same state directory) finds every run again. `state_dir/lock` is flock-ed
-around every submit, cancel and observation, so two processes never start one run twice or
-hand one GPU to two runs. It is opened once, when the executor starts: a client that
-exhausts the service's descriptors cannot make an observation fail.
+Every run is a set of files in the state directory (0700; `local_records`), so a restarted
+service or a second executor over it finds every run again. `state_dir/lock` (opened once,
+so descriptor exhaustion cannot fail an observation) is flock-ed around every submit, cancel
+and observation: no run starts twice, no GPU goes to two runs. A run's GPUs are first freed
+of LLM backfill servers (`backfill_servers`: SIGTERM, their grace, then their cgroup killed).
 
 How a run's state is read (`runs`, `find` and `inventory` observe; there is no thread):
 
@@ -49,9 +47,8 @@ How a run's state is read (`runs`, `find` and `inventory` observe; there is no t
    it left in the background are killed, as Slurm does at the end of a job (the wrapper
    kills its cgroup itself before it writes the code). A cancel or an exceeded time limit
    sends SIGTERM to every process of the run, then SIGKILL after `cancel_grace_s`.
-3. all of it is gone: the outcome as `local_outcome` names it (CANCELLED or TIMEOUT when
-   we stopped it, else by exit code, OOM kills and the output's tail). It is written into
-   the record, the cgroup removed, and neither changes again.
+3. all of it is gone: the outcome `local_outcome` names, written into the record for good
+   (the cgroup removed).
 """
 
 from __future__ import annotations
@@ -71,6 +68,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
+from jpushare.executors.backfill_servers import backfill_dir, yield_gpus
 from jpushare.executors.base import (
     GpuGroup,
     LaunchSpec,
@@ -88,7 +86,7 @@ from jpushare.executors.cgroups import (
     device_rules,
     run_dir_name,
 )
-from jpushare.executors.gpus import DeclaredGpus, LocalGpu, discover_gpus
+from jpushare.executors.gpus import DeclaredGpus, LocalGpu, executor_gpus
 from jpushare.executors.local_launch import LaunchSetting, fill_launch, least_loaded_cpus
 from jpushare.executors.local_outcome import attempt_tail, run_outcome
 from jpushare.executors.local_records import (
@@ -159,24 +157,9 @@ class LocalExecutor:
         cgroups: Cgroups | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
-        if gpus is None:
-            found = discover_gpus(self.node, declared)
-            self.gpus: tuple[LocalGpu, ...] = found.gpus
-            self.gpu_source: str = found.source
-        else:
-            self.gpus = tuple(gpus)
-            self.gpu_source = "given"
-        seen: set[tuple[str, int]] = set()
-        for g in self.gpus:
-            if (g.node, g.index) in seen:
-                raise ValueError(f"GPU index {g.index} appears twice on node {g.node}")
-            seen.add((g.node, g.index))
-        log.info(
-            "local executor: %d GPUs from %s: %s",
-            len(self.gpus),
-            self.gpu_source,
-            ", ".join(f"{g.node}:{g.index}={g.gpu_type}" for g in self.gpus) or "none",
-        )
+        found = executor_gpus(self.node, declared, gpus)
+        self.gpus: tuple[LocalGpu, ...] = found.gpus
+        self.gpu_source: str = found.source
         self.state_dir = Path(state_dir)
         self.runs_dir = self.state_dir / "runs"
         private_dir(self.state_dir)
@@ -238,14 +221,14 @@ class LocalExecutor:
                 return key
             group = [g for g in self.gpus if g.node == spec.node and g.gpu_type == spec.gpu_type]
             if not group:
+                has = sorted({f"{g.gpu_type} on {g.node}" for g in self.gpus})
                 raise SubmitRefused(
                     f"this machine has no {spec.gpu_type} GPUs on node {spec.node!r} "
-                    f"(it has: {self._describe_groups()})"
+                    f"(it has: {', '.join(has) or 'no GPUs'})"
                 )
             if spec.num_gpus < 1:
                 raise SubmitRefused(f"num_gpus must be at least 1, not {spec.num_gpus}")
-            held = self._held()
-            free = [g.index for g in group if (g.node, g.index) not in held]
+            free = self._free_indices(spec)
             if len(free) < spec.num_gpus:
                 raise SubmitRefused(
                     f"{spec.num_gpus} {spec.gpu_type} GPUs asked on {spec.node}, "
@@ -333,10 +316,6 @@ class LocalExecutor:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _describe_groups(self) -> str:
-        names = sorted({f"{g.gpu_type} on {g.node}" for g in self.gpus})
-        return ", ".join(names) or "no GPUs"
-
     def _held(self) -> set[tuple[str, int]]:
         """(node, GPU index) of every run that has not ended, started or not."""
         return {(rec.node, i) for rec in self._unended() for i in rec.gpu_indices}
@@ -388,6 +367,7 @@ class LocalExecutor:
         paths = self._files.paths(key)
         if rec.launch is None:  # accepted by a version before the wrapper took a launch
             raise OSError(f"run {key} has no launch record (accepted by an older version)")
+        yield_gpus(backfill_dir(self.state_dir), rec.job_id, rec.node, rec.gpu_indices)
         if self.cgroups.usable:
             self._make_cgroup(rec)
         try:
@@ -412,6 +392,30 @@ class LocalExecutor:
         rec.leader_start_ticks = start_ticks(proc.pid)
         self._files.save(rec)
         log.info("started %s (pgid %d) on %s GPUs %s", key, proc.pid, rec.node, rec.gpu_indices)
+
+    def planned_gpus(self, spec: LaunchSpec) -> list[int] | None:
+        """The GPUs `submit(spec)` would give now (None: none), named in a router's yield."""
+        with self._locked():
+            free = self._free_indices(spec)
+        return free[: spec.num_gpus] if len(free) >= spec.num_gpus else None
+
+    def _free_indices(self, spec: LaunchSpec) -> list[int]:
+        """The free GPUs of the spec's placement, lowest index first: a run gets the first."""
+        held = self._held()
+        return [
+            g.index
+            for g in self.gpus
+            if (g.node, g.gpu_type) == (spec.node, spec.gpu_type) and (g.node, g.index) not in held
+        ]
+
+    @contextlib.contextmanager
+    def backfill_slot(self) -> Iterator[list[LocalGpu]]:
+        """Under the executor's lock, the GPUs no unended run holds: the backfill keeper
+        starts its servers inside this block, so no job is given them meanwhile."""
+        with self._locked():
+            self._observe_all()
+            held = self._held()
+            yield [g for g in self.gpus if (g.node, g.index) not in held]
 
     def _make_cgroup(self, rec: RunRecord) -> None:
         """The run's cgroup, made and written into its record before the wrapper starts

@@ -16,6 +16,7 @@ from operator import attrgetter
 
 from jpushare.policy.accounting import reservation_accrual
 from jpushare.policy.fit import fits
+from jpushare.policy.lending import Lending
 from jpushare.policy.model import (
     AbsorbReservation,
     AccrueReservation,
@@ -29,7 +30,7 @@ from jpushare.policy.model import (
     Snapshot,
     StartReservation,
 )
-from jpushare.policy.options import TopJob
+from jpushare.policy.options import ReservedGpus, TopJob
 from jpushare.policy.order import PlacementOrder, idle_index_of
 from jpushare.policy.why import ClassView, WhyTable
 
@@ -98,6 +99,7 @@ def decide(
     placement_order: PlacementOrder = PlacementOrder.PACK,
     *,
     top_job: TopJob = TopJob.FIRST_WAITING,
+    reserved_gpus: ReservedGpus = ReservedGpus.LLM_ONLY,
 ) -> Decisions:
     """One dispatch cycle (SPEC §3). The steps are numbered as in the spec's pseudocode.
 
@@ -105,17 +107,23 @@ def decide(
     the spec's rule) or most idle first (`SPREAD`); (c) reserves most idle first either way.
     `top_job` is the job R2 and R3 refer to (SPEC decision 7): the first job of the order
     that cannot start in this cycle (`FIRST_WAITING`, the rule), or queue[0] (`FIRST_QUEUED`).
+    `reserved_gpus` is R4 (`LLM_ONLY`) or the lending option (`LEND_BY_LIMIT`, SPEC
+    "Options beyond the note"): a job below the top job whose time limit ends by the top
+    job's projected fill may start on its reserved GPUs (`Dispatch.lent_from`).
     """
     now = snapshot.now
     tiers = {t.name: t for t in snapshot.tiers}
     index = idle_index_of(snapshot.tiers, snapshot.placements)
     by_key = index.placements
     first_waiting = top_job is TopJob.FIRST_WAITING
+    lending = Lending(snapshot) if reserved_gpus is ReservedGpus.LEND_BY_LIMIT else None
+    lent = lending.lent if lending is not None else {}  # holder -> its GPUs lent out now
 
     # 1. The queue in fair-share order. Under decision 7 the top job is found in the walk
     # (4): until then `top_id` is empty.
     queue, order = rank_queue(snapshot.queue, snapshot.lab_usage)
     top_id = "" if first_waiting else (order[0] if order else "")
+    top_n = 0 if first_waiting or not queue else queue[0].num_gpus  # its size, for lending
 
     actions: list[Action] = []
     accruals: list[AccrueReservation] = []
@@ -137,7 +145,7 @@ def decide(
             or tier is None
             or not p.schedulable
             or not fits(job.num_gpus, job.min_sort_order, tier, p.capacity)
-            or p.free < res.gpus  # reserved GPUs taken by jobs outside JPU-Share
+            or p.free + lent.get(job.job_id, 0) < res.gpus  # taken outside JPU-Share
         ):
             actions.append(
                 ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.R5)
@@ -150,8 +158,8 @@ def decide(
             kept[job.job_id] = res
 
     # 3. Reserved GPUs are not idle for anyone (R4).
-    for res in kept.values():
-        index.add((res.node, res.tier), -res.gpus)
+    for holder, res in kept.items():
+        index.add((res.node, res.tier), -(res.gpus - lent.get(holder, 0)))
 
     # What every waiting job of one (size, minimum tier) class sees, cached per generation
     # of the idle index: most queued jobs reuse it, which keeps a cycle linear and cheap.
@@ -187,7 +195,7 @@ def decide(
                 actions.append(
                     ReleaseReservation(holder, hres.node, hres.tier, hres.gpus, ReleaseReason.R3)
                 )
-                index.add((hres.node, hres.tier), hres.gpus)
+                index.add((hres.node, hres.tier), hres.gpus - lent.get(holder, 0))
                 del kept[holder]
                 released = True
         own = kept.get(top)
@@ -203,6 +211,30 @@ def decide(
     for i, job in enumerate(queue):
         n = job.num_gpus
         cls = (n, job.min_sort_order)
+        if (
+            lending is not None
+            and blocking is not None
+            and blocking[0] == top_id
+            and job.job_id != top_id
+            and job.time_limit_s is not None
+            and (
+                cls in known_misses
+                or index.first_to_dispatch(placement_order, n, job.min_sort_order) is None
+            )
+        ):
+            # The lending option: below the top job, a job that cannot start on idle GPUs
+            # but ends by the top job's projected fill may borrow its reserved GPUs (before
+            # any cached miss: the answer depends on the job's own time limit).
+            tres = blocking[1]
+            tidle = index.idle[(tres.node, tres.tier)]
+            until = lending.lend(job, top_id, top_n, tres, tidle, tiers)
+            if until is not None:
+                actions.append(
+                    Dispatch(
+                        job.job_id, tres.node, tres.tier, n, lent_from=top_id, lent_until=until
+                    )
+                )
+                continue
         missed = known_misses.get(cls)
         if missed is not None:
             raw[job.job_id] = (i, n, missed, None)
@@ -216,7 +248,7 @@ def decide(
             # Decision 7: the first job that cannot start is the top job; R3 releases the
             # others' reservations, and it looks again at the GPUs they held. If it starts
             # on them, the top job is still to be found (R2: the next that cannot start).
-            top_id = job.job_id
+            top_id, top_n = job.job_id, n
             if release_others(top_id):
                 key = index.first_to_dispatch(placement_order, n, m)
             if key is not None:
@@ -225,6 +257,8 @@ def decide(
             # (a) some fit placement has enough idle GPUs: dispatch on the first (SPEC §1).
             actions.append(Dispatch(job.job_id, key[0], key[1], n))
             index.add(key, -n)
+            if lending is not None:
+                lending.started(key, n, job.time_limit_s)
             if res is not None:
                 # A swap (STEP 8, SPEC §3 R4), even on its own placement: the job took idle
                 # GPUs beside its reservation, which did not fill by absorbing (b).
@@ -232,7 +266,7 @@ def decide(
                 actions.append(
                     ReleaseReservation(job.job_id, res.node, res.tier, res.gpus, ReleaseReason.SWAP)
                 )
-                index.add(rkey, res.gpus)
+                index.add(rkey, res.gpus - lent.get(job.job_id, 0))
                 del kept[job.job_id]
                 blocking = None
             known_misses.clear()
@@ -251,7 +285,7 @@ def decide(
                 blocking = (job.job_id, res)
             # Full, whether it grew now or was already full (e.g. restored by an undo):
             # SPEC §3 (b) dispatches either way, else the job would hold its GPUs forever.
-            if res.gpus >= n:
+            if res.gpus >= n and not lent.get(job.job_id):
                 actions.append(Dispatch(job.job_id, res.node, res.tier, n))
                 actions.append(
                     ReleaseReservation(

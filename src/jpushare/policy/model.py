@@ -90,6 +90,7 @@ class RunningJob:
     num_gpus: int
     started_at: float
     time_limit_s: float | None = None
+    lent_from: JobId | None = None  # runs on GPUs this job's reservation holds (lending)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +107,16 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Dispatch:
-    """Start `job_id` on `num_gpus` GPUs of placement (node, tier)."""
+    """Start `job_id` on `num_gpus` GPUs of placement (node, tier). `lent_from` names the
+    job whose reserved GPUs it borrows (`reserved_gpus: lend-by-limit`), until `lent_until`
+    (its time limit's end, no later than that reservation's projected fill)."""
 
     job_id: JobId
     node: str
     tier: str
     num_gpus: int
+    lent_from: JobId | None = None
+    lent_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

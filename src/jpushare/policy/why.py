@@ -172,3 +172,12 @@ def render(why: Why, at: TimeFormat = clock_time) -> str:
         f"{top}; it needs {gpus(n)} on one placement and the best of its "
         f"{why.schedulable_fit_placements} fit placements has {why.best_idle} idle."
     )
+
+
+def running_on_lent_gpus(holder: str, until: float, at: TimeFormat = clock_time) -> str:
+    """The sentence for a job started on lent GPUs (`reserved_gpus: lend-by-limit`): its
+    time limit ends before the reserving job's projected fill, so it never delays it."""
+    return (
+        f"runs on GPUs reserved for job {holder} until {at(until)}, its time limit, before "
+        "those GPUs are needed"
+    )

@@ -24,7 +24,7 @@ from jpushare.client.formatting import ago, amount, table, yes_no
 from jpushare.config import ConfigError, load_settings
 from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
 from jpushare.service.database_errors import URL_ERRORS, report_database_problem
-from jpushare.store.lab_events import lab_events, set_lab_usage_recorded
+from jpushare.store.lab_events import lab_events, non_finite_usage, set_lab_usage_recorded
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
 
@@ -111,7 +111,9 @@ def _usage_value(raw: str) -> float:
         value = float(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of TFLOP-s: {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(non_finite_usage(repr(raw), value))
+    if value < 0:
         raise argparse.ArgumentTypeError(f"a lab's usage is never negative: {raw!r}")
     if value > MAX_USAGE_TFLOP_S:
         raise argparse.ArgumentTypeError(f"at most {MAX_USAGE_TFLOP_S:g} TFLOP-seconds: {raw!r}")

@@ -1,4 +1,4 @@
-"""The server's commands for `jpushare`: `serve`, `init --cluster FILE`, `admin …`.
+"""The server's commands for `jpushare`: `serve`, `init --cluster FILE`, `admin …`, `backfill`.
 
 `register(subparsers)` adds them (listed in `jpushare.cli.COMMAND_MODULES`); each parser
 sets `func` (args -> exit code). `python -m jpushare.service` runs just these commands.
@@ -57,6 +57,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     register_admin(sub)
 
+    backfill = sub.add_parser(
+        "backfill",
+        help="keep an LLM inference server on every idle or reserved GPU (local executor)",
+        description="Run the backfill keeper: JPUSHARE_BACKFILL_COMMAND on every GPU group "
+        "no research job holds, stopped for a job before it starts (README, LLM backfill).",
+    )
+    backfill.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    backfill.set_defaults(func=_backfill)
+
 
 def _serve(args: argparse.Namespace) -> int:
     from jpushare.service.serve import ServeOptions, run_service, with_overrides
@@ -107,3 +116,17 @@ def _init(args: argparse.Namespace) -> int:
     if done.labs_kept:
         print(f"labs kept as they are: {', '.join(done.labs_kept)}")
     return 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    from jpushare.config import load_backfill_settings
+    from jpushare.service.backfill import run_keeper
+
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    try:
+        return run_keeper(load_settings(), load_backfill_settings())
+    except ConfigError as exc:
+        print(f"jpushare backfill: {exc}", file=sys.stderr)
+        return 2
+    except URL_ERRORS as exc:
+        return report_database_problem(exc, "jpushare backfill")

@@ -22,6 +22,7 @@ from jpushare.executors.base import (
     Executor,
     GpuGroup,
     LaunchSpec,
+    PlansGpus,
     ResolvesLostRuns,
     RunInfo,
     SubmitRefused,
@@ -151,6 +152,10 @@ class CountingExecutor:
 
     def log(self, job_id: str, attempt: int) -> str:
         return self.inner.log(job_id, attempt)
+
+    def planned_gpus(self, spec: LaunchSpec) -> list[int] | None:
+        """The inner executor's GPU indices for `spec`, where it picks them (`PlansGpus`)."""
+        return self.inner.planned_gpus(spec) if isinstance(self.inner, PlansGpus) else None
 
 
 class CountingLostRunsExecutor(CountingExecutor):

@@ -307,6 +307,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             target=dispatcher.run_forever, args=(stop,), name="dispatcher", daemon=True
         )
         thread.start()
+    keeper_thread = _maybe_keeper(settings, executor, sessions, stop, options)
     try:
         if options.api and options.workers > 1:
             from jpushare.service.api_workers import run_api_workers
@@ -364,6 +365,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         stop.set()
         if thread is not None:
             thread.join(timeout=settings.cycle_s + 60)
+        if keeper_thread is not None:  # it stops its servers: at most their grace
+            keeper_thread.join(timeout=120)
         router.close()
         close = getattr(lock, "close", None)
         if close is not None:
@@ -375,6 +378,26 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             signal.signal(s, handler)
         log.info("service stopped")
     return 0
+
+
+def _maybe_keeper(
+    settings: Settings,
+    executor: Executor,
+    sessions: sessionmaker[Session],
+    stop: threading.Event,
+    options: ServeOptions,
+) -> threading.Thread | None:
+    """The backfill keeper on a thread, when JPUSHARE_BACKFILL_COMMAND is set (local
+    executor, with the dispatcher): `make run` then keeps every free GPU serving."""
+    if not os.environ.get("JPUSHARE_BACKFILL_COMMAND", "").strip() or not options.dispatcher:
+        return None
+    from jpushare.config import load_backfill_settings
+    from jpushare.service.backfill import keeper_for, start_keeper_thread
+
+    backfill = load_backfill_settings()
+    keeper = keeper_for(settings, backfill, executor, sessions)
+    log.info("backfill keeper: %d groups: %s", len(keeper.groups), backfill.command)
+    return start_keeper_thread(keeper, backfill.interval_s, stop)
 
 
 def _safe_url(url: str) -> str:

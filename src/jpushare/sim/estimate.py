@@ -1,9 +1,13 @@
 """Start estimates (like `squeue --start`): how long runs last, and when queued jobs start.
 
-A job's run lasts its time limit when it has one; lacking one, the median run time of its
-user's completed jobs of the same GPU count, else of its lab's, else a stated default.
-Each estimate says which (`EstimateBasis`). `estimate_starts` then runs the policy forward
-from a live snapshot with the simulator's engine (`engine.forecast`).
+A run's remaining time conditions on what has run (`RunHistory.remaining`): its time
+limit's remainder or, without one, for a job that has run t, the median of d - t over its
+user's (then its lab's) completed runs of its GPU count that lasted d > t, and "unknown"
+(assumed to run as long again as it has) when none lasted that long; a queued job is the
+case t = 0 (without history: a stated default). Each estimate says which
+(`EstimateBasis`). `estimate_starts` then runs the policy forward from a live snapshot
+with the simulator's engine (`engine.forecast`); no running job ends before the next
+cycle, so a job the next cycle cannot start is never estimated at the snapshot's instant.
 
 No I/O and no clock: history comes in as plain `PastRun` records (the service's from
 `store.completed_runs`, the accuracy bench's from the replay so far).
@@ -11,14 +15,14 @@ No I/O and no clock: history comes in as plain `PastRun` records (the service's 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from statistics import median
 
 from jpushare.policy.decide import sort_queue
-from jpushare.policy.model import QueuedJob, RunningJob, Snapshot
+from jpushare.policy.model import Snapshot
 from jpushare.policy.order import PlacementOrder
 from jpushare.policy.peers import NamedPolicy
 from jpushare.sim.engine import Forecast, forecast
@@ -27,12 +31,13 @@ DEFAULT_RUN_S = 3600.0  # a job without a limit or any history is assumed to run
 
 
 class EstimateBasis(StrEnum):
-    """Where a job's run time in the forecast came from."""
+    """Where a job's (remaining) run time in the forecast came from."""
 
-    TIME_LIMIT = "time_limit"  # the job's own limit
-    USER_HISTORY = "user_history"  # median of its user's completed runs of its GPU count
+    TIME_LIMIT = "time_limit"  # the job's own limit (its remainder when running)
+    USER_HISTORY = "user_history"  # its user's runs of its GPU count that lasted longer
     LAB_HISTORY = "lab_history"  # the same over its lab
-    DEFAULT = "default"  # DEFAULT_RUN_S (or the caller's default)
+    DEFAULT = "default"  # a queued job without limit or history: DEFAULT_RUN_S
+    UNKNOWN = "unknown"  # running, no limit, past every run seen: as long again as so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +60,23 @@ class JobOwner:
 
 @dataclass(frozen=True, slots=True)
 class RunEstimate:
-    run_s: float
+    run_s: float  # the remaining run time (the whole run for a queued job)
     basis: EstimateBasis
 
 
+def _median_beyond(runs: list[float], elapsed: float) -> float | None:
+    """The median of d - elapsed over the sorted `runs` with d > elapsed (None: none)."""
+    cut = bisect_right(runs, elapsed)
+    n = len(runs) - cut
+    if n == 0:
+        return None
+    mid = cut + n // 2
+    d = runs[mid] if n % 2 else (runs[mid - 1] + runs[mid]) / 2
+    return d - elapsed
+
+
 class RunHistory:
-    """Median run times per (user, GPU count) and (lab, GPU count), from past runs."""
+    """Completed run times, sorted, per (user, GPU count) and (lab, GPU count)."""
 
     def __init__(self, runs: Iterable[PastRun]) -> None:
         by_user: dict[tuple[str, int], list[float]] = defaultdict(list)
@@ -69,8 +85,35 @@ class RunHistory:
             if r.run_s >= 0:
                 by_user[(r.user, r.num_gpus)].append(r.run_s)
                 by_lab[(r.lab, r.num_gpus)].append(r.run_s)
-        self.user = {k: float(median(v)) for k, v in by_user.items()}
-        self.lab = {k: float(median(v)) for k, v in by_lab.items()}
+        self.user = {k: sorted(v) for k, v in by_user.items()}
+        self.lab = {k: sorted(v) for k, v in by_lab.items()}
+
+    def remaining(
+        self,
+        num_gpus: int,
+        owner: JobOwner | None,
+        time_limit_s: float | None,
+        elapsed_s: float = 0.0,
+        default_s: float = DEFAULT_RUN_S,
+    ) -> RunEstimate:
+        """How much longer a job that has run `elapsed_s` (0: queued) runs, and the basis:
+        its limit's remainder; without a limit the median of d - t over its user's (then
+        its lab's) runs of its GPU count that lasted d > t; else unknown (as long again as
+        it has run), or for a queued job the default."""
+        elapsed = max(0.0, elapsed_s)
+        if time_limit_s is not None and time_limit_s > 0:
+            return RunEstimate(max(0.0, time_limit_s - elapsed), EstimateBasis.TIME_LIMIT)
+        if owner is not None:
+            for table, name, basis in (
+                (self.user, owner.user, EstimateBasis.USER_HISTORY),
+                (self.lab, owner.lab, EstimateBasis.LAB_HISTORY),
+            ):
+                left = _median_beyond(table.get((name, num_gpus), []), elapsed)
+                if left is not None:
+                    return RunEstimate(left, basis)
+        if elapsed > 0:
+            return RunEstimate(elapsed, EstimateBasis.UNKNOWN)
+        return RunEstimate(default_s, EstimateBasis.DEFAULT)
 
     def estimate(
         self,
@@ -79,17 +122,8 @@ class RunHistory:
         time_limit_s: float | None,
         default_s: float = DEFAULT_RUN_S,
     ) -> RunEstimate:
-        """The run time the forecast assumes for one job, and its basis."""
-        if time_limit_s is not None and time_limit_s > 0:
-            return RunEstimate(time_limit_s, EstimateBasis.TIME_LIMIT)
-        if owner is not None:
-            user = self.user.get((owner.user, num_gpus))
-            if user is not None:
-                return RunEstimate(user, EstimateBasis.USER_HISTORY)
-            lab = self.lab.get((owner.lab, num_gpus))
-            if lab is not None:
-                return RunEstimate(lab, EstimateBasis.LAB_HISTORY)
-        return RunEstimate(default_s, EstimateBasis.DEFAULT)
+        """The whole run a queued job is assumed to last, and its basis."""
+        return self.remaining(num_gpus, owner, time_limit_s, 0.0, default_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +152,9 @@ def estimate_starts(
     `POLICIES`, or one of them; default SPEC §3's reservation policy).
 
     `owners`: job id -> user and lab, for queued and running jobs (a job missing here gets
-    the default run time). An estimate never precedes `snapshot.now`.
+    the default run time). An estimate never precedes `snapshot.now`, and only a job the
+    next cycle starts gets `snapshot.now`: a running job's remaining time (see
+    `RunHistory.remaining`) is at least one cycle, so none "ends at once".
 
     Bounded cost: each forecast cycle walks the queue, so `max_jobs` keeps only that many
     jobs from the top of the fair-share order (the rest get None: beyond the forecast; the
@@ -130,11 +166,16 @@ def estimate_starts(
     everyone = snapshot.queue
     run_s: dict[str, float] = {}
     basis: dict[str, EstimateBasis] = {}
-    jobs: list[QueuedJob | RunningJob] = [*snapshot.queue, *snapshot.running]
-    for job in jobs:
-        e = history.estimate(job.num_gpus, owners.get(job.job_id), job.time_limit_s, default_run_s)
-        run_s[job.job_id] = e.run_s
-        basis[job.job_id] = e.basis
+    for q in snapshot.queue:
+        e = history.estimate(q.num_gpus, owners.get(q.job_id), q.time_limit_s, default_run_s)
+        run_s[q.job_id] = e.run_s
+        basis[q.job_id] = e.basis
+    for r in snapshot.running:
+        elapsed = max(0.0, snapshot.now - r.started_at)
+        e = history.remaining(r.num_gpus, owners.get(r.job_id), r.time_limit_s, elapsed)
+        # Ends no sooner than the next cycle: the cycle that loaded this state saw it running.
+        run_s[r.job_id] = elapsed + max(e.run_s, cycle_s)
+        basis[r.job_id] = e.basis
     if max_jobs is not None and len(snapshot.queue) > max_jobs:
         kept = tuple(sort_queue(snapshot.queue, snapshot.lab_usage)[:max_jobs])
         snapshot = replace(snapshot, queue=kept)

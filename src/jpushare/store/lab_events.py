@@ -56,6 +56,13 @@ class UsageSet:
     event_id: int
 
 
+def non_finite_usage(raw: str, value: float) -> str:
+    """The refusal of a usage that is not a finite number, naming what it is (NaN, or an
+    infinity: `1e400` overflows a float)."""
+    what = "not a number (NaN)" if math.isnan(value) else "infinite"
+    return f"{raw} is {what}: a lab's usage is a finite number of TFLOP-s, never negative"
+
+
 def set_lab_usage_recorded(
     session: Session,
     lab: str,
@@ -68,7 +75,9 @@ def set_lab_usage_recorded(
     """Set lab `lab`'s usage to `usage_tflop_s` (finite, never negative) and record who
     did it, when, and the value before. NotFound for an unknown lab, InvalidRequest for a
     negative or non-finite value."""
-    if not math.isfinite(usage_tflop_s) or usage_tflop_s < 0:
+    if not math.isfinite(usage_tflop_s):
+        raise InvalidRequest(non_finite_usage(repr(usage_tflop_s), usage_tflop_s))
+    if usage_tflop_s < 0:
         raise InvalidRequest(
             f"a lab's usage is a finite number of TFLOP-s, never negative: not {usage_tflop_s}"
         )

@@ -13,9 +13,11 @@ import os
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from jpushare.web.docs import install_offline_docs
+from jpushare.web.error_pages import BrowserErrors
 from jpushare.web.framing import NoFraming
 from jpushare.web.pages import WebConfig, build_router
 
@@ -34,10 +36,20 @@ def refresh_from_env(env: dict[str, str] | None = None) -> float:
 
 
 def install_web(app: FastAPI, refresh_s: float | None = None) -> None:
-    """Add the dashboard, its static files and the offline /docs to `app`, and forbid
-    other sites to frame any of its responses (`web.framing`)."""
+    """Add the dashboard, its static files, a favicon and the offline /docs to `app`;
+    forbid other sites to frame any of its responses (`web.framing`); answer a browser's
+    failed page with a page, not JSON (`web.error_pages`)."""
+    app.add_middleware(BrowserErrors)
     app.add_middleware(NoFraming)
     install_offline_docs(app)
+    favicon = (STATIC_DIR / "favicon.svg").read_bytes()
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def _favicon() -> Response:  # browsers ask for it at this path, pages link the SVG
+        return Response(
+            favicon, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+        )
+
     app.mount("/static/web", StaticFiles(directory=STATIC_DIR), name="web-static")
     app.include_router(build_router(WebConfig(refresh_s or refresh_from_env())))
 

@@ -13,7 +13,9 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from jpushare.client.formatting import state_label  # one mapping, shared with the CLI
+# One mapping and one format per kind (cost, span, time), shared with the CLI.
+from jpushare.client.formatting import amount, state_label, timestamp
+from jpushare.client.formatting import duration as cli_duration
 
 _env = Environment(
     loader=PackageLoader("jpushare.web", "templates"),
@@ -24,40 +26,25 @@ _env = Environment(
 
 
 def utc(at: datetime | None) -> str:
-    """`2026-01-05 09:00:05 UTC`, or an em dash."""
-    if at is None:
-        return "—"
-    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    """`2026-01-05 09:00:05 UTC` (the CLI's `timestamp`), or an em dash."""
+    return "—" if at is None else timestamp(at)
 
 
 def duration(seconds: float | None) -> str:
-    """`45 s`, `12 min`, `3.5 h`, `2.1 d` (a person's reading of a span)."""
-    if seconds is None:
-        return "—"
-    s = max(0.0, seconds)
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 90 * 60:
-        return f"{s / 60:.0f} min"
-    if s < 48 * 3600:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
+    """A span, as the CLI prints it: `45s`, `12.5m`, `3.2h`, `2.1d`; an em dash unknown."""
+    return "—" if seconds is None else cli_duration(max(0.0, seconds))
 
 
 def since(at: datetime | None, now: datetime) -> str:
-    """How long ago, e.g. `12 min ago`."""
+    """How long ago, e.g. `12.5m ago`."""
     if at is None:
         return "—"
     return f"{duration((now - at).total_seconds())} ago"
 
 
 def tflops(value: float | None) -> str:
-    """TFLOP-seconds as a person reads them: `1,234,568` or `12.5`."""
-    if value is None:
-        return "—"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:,.2f}".rstrip("0").rstrip(".") if value else "0"
+    """TFLOP-seconds as the CLI prints them (`amount`: `1,234,568`, `12.5`), or an em dash."""
+    return "—" if value is None else amount(value)
 
 
 def percent(ratio: float | None) -> str:

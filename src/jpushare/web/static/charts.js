@@ -4,6 +4,12 @@
 // last point until the pointer moves over the chart.
 (function () {
   "use strict";
+  // The CLI's and the pages' one number format (client/formatting.py `amount`): whole
+  // numbers with separators from 100 up, at most two decimals below.
+  function amount(v) {
+    if (Math.abs(v) >= 100) return Math.round(v).toLocaleString("en-US");
+    return String(Math.round(v * 100) / 100);
+  }
   var colors = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#57606a"];
   document.querySelectorAll("div.chart[data-chart]").forEach(function (el) {
     var source = document.getElementById("chart-" + el.dataset.chart);
@@ -21,7 +27,7 @@
       var unit = (doc.units && doc.units[name]) || "";
       if (units.indexOf(unit) < 0) units.push(unit);
       series.push({ label: name, scale: unit, stroke: colors[i % colors.length], width: 2,
-                    value: function (u, v) { return v == null ? "—" : v.toLocaleString() + " " + unit; },
+                    value: function (u, v) { return v == null ? "—" : amount(v) + " " + unit; },
                     points: { show: doc.x.length <= 31, size: 7 } });
       data.push(doc.lines[name]);
     });

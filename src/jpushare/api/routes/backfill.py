@@ -1,0 +1,149 @@
+"""GET /v1/backfill: where the LLM traffic goes, for a lab's router or load balancer.
+
+The servers the backfill keeper runs now (`executors.backfill_servers`, read from the local
+executor's state directory at each request): node, tier, GPU indices, URL, since. A server
+the executor was told to stop is not listed from that moment, so a proxy that regenerates
+its upstream list from this answer stops sending it requests before the server exits.
+Beside them, the figures of issue 22 / SPEC §6: yields (count, GPUs, latency) and the
+GPU-hours served on reserved and idle GPUs, and idle with nothing running.
+
+On Slurm the servers are Slurm jobs of the backfill QOS: none is listed here (the lab's
+router finds them through Slurm), and `source` says so.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from jpushare.api.deps import ContextDep, CurrentUser
+from jpushare.api.schemas import ErrorPublic
+from jpushare.executors.backfill_servers import (
+    RUNNING,
+    backfill_dir,
+    load_all,
+    read_usage,
+    read_yield_stats,
+)
+from jpushare.metrics import BackfillFigures
+
+router = APIRouter(prefix="/v1", tags=["cluster"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
+}
+
+
+class BackfillServerPublic(BaseModel):
+    key: str
+    node: str
+    tier: str
+    gpus: list[int]
+    url: str  # OpenAI-compatible: {url}/v1/models, {url}/v1/chat/completions
+    since: datetime | None
+
+
+class BackfillYieldsPublic(BaseModel):
+    """Yields so far: research dispatches that stopped backfill servers first."""
+
+    count: int
+    gpus: int
+    mean_seconds: float | None  # dispatch -> the GPUs free (the job starts)
+    max_seconds: float | None
+    killed_after_grace: int
+
+
+class BackfillUsagePublic(BaseModel):
+    """GPU-hours since `since` (the keeper's first tick)."""
+
+    backfill_reserved_gpu_hours: float
+    backfill_idle_gpu_hours: float
+    idle_gpu_hours: float  # no research job and no backfill server
+    since: datetime | None
+
+
+class BackfillPublic(BaseModel):
+    source: str  # "local" (the keeper's servers) | "none" (no local executor here)
+    data: list[BackfillServerPublic]
+    count: int
+    yields: BackfillYieldsPublic
+    usage: BackfillUsagePublic
+
+
+def _at(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC)
+
+
+def backfill_public(directory: Path | None) -> BackfillPublic:
+    """The answer for a keeper's directory (None: no local executor)."""
+    servers = [] if directory is None else load_all(directory)
+    data = [
+        BackfillServerPublic(
+            key=r.key,
+            node=r.node,
+            tier=r.gpu_type,
+            gpus=sorted(r.gpu_indices),
+            url=r.url,
+            since=_at(r.started_at),
+        )
+        for r in servers
+        if r.state == RUNNING and r.started_at is not None
+    ]
+    stats = read_yield_stats(directory)
+    n = int(stats["count"])
+    usage = read_usage(directory)
+    return BackfillPublic(
+        source="none" if directory is None else "local",
+        data=data,
+        count=len(data),
+        yields=BackfillYieldsPublic(
+            count=n,
+            gpus=int(stats["gpus"]),
+            mean_seconds=stats["seconds_sum"] / n if n else None,
+            max_seconds=stats["seconds_max"] if n else None,
+            killed_after_grace=int(stats["killed"]),
+        ),
+        usage=BackfillUsagePublic(
+            backfill_reserved_gpu_hours=usage.backfill_reserved_gpu_s / 3600,
+            backfill_idle_gpu_hours=usage.backfill_idle_gpu_s / 3600,
+            idle_gpu_hours=usage.idle_gpu_s / 3600,
+            since=_at(usage.since),
+        ),
+    )
+
+
+def keeper_dir_of(executor: object) -> Path | None:
+    """The backfill directory of a local executor (None: another executor, or none)."""
+    state_dir = getattr(executor, "state_dir", None)
+    return backfill_dir(state_dir) if isinstance(state_dir, Path) else None
+
+
+def keeper_dir(ctx: ContextDep) -> Path | None:
+    return keeper_dir_of(ctx.executor)
+
+
+def backfill_figures(directory: Path) -> BackfillFigures:
+    """What /metrics exports about backfill (`metrics.BackfillCollector`)."""
+    stats = read_yield_stats(directory)
+    usage = read_usage(directory)
+    return BackfillFigures(
+        servers=sum(1 for r in load_all(directory) if r.state == RUNNING),
+        reserved_gpu_s=usage.backfill_reserved_gpu_s,
+        idle_served_gpu_s=usage.backfill_idle_gpu_s,
+        idle_gpu_s=usage.idle_gpu_s,
+        yields=int(stats["count"]),
+        yield_seconds_sum=stats["seconds_sum"],
+        yield_seconds_max=stats["seconds_max"],
+        killed=int(stats["killed"]),
+    )
+
+
+@router.get("/backfill", responses=_ERRORS)
+def backfill(user: CurrentUser, ctx: ContextDep) -> BackfillPublic:
+    """The LLM backfill servers running now (node, tier, GPUs, URL, since), the yields so
+    far and the GPU-hours backfill served on reserved and on idle GPUs. A server being
+    stopped for a research job is no longer listed."""
+    return backfill_public(keeper_dir(ctx))
