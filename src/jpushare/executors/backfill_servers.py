@@ -20,12 +20,9 @@ Standard library only, like `cgroups.py`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import signal
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -33,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jpushare.executors.cgroups import RunCgroup
+from jpushare.executors.local_records import write_atomic
 from jpushare.executors.process_groups import group_alive, live_groups, signal_group
 
 log = logging.getLogger(__name__)
@@ -89,18 +87,9 @@ def backfill_dir(executor_state_dir: Path | str) -> Path:
 def save(directory: Path, rec: ServerRecord) -> None:
     """Write the record atomically (temporary file, fsync, rename)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / f"{rec.key}.json"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(asdict(rec), indent=1, sort_keys=True).encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(
+        directory / f"{rec.key}.json", json.dumps(asdict(rec), indent=1, sort_keys=True).encode()
+    )
 
 
 def load_all(directory: Path) -> list[ServerRecord]:
@@ -230,10 +219,7 @@ def record_yield(directory: Path, done: Yielded) -> None:
     stats["seconds_sum"] += done.seconds
     stats["seconds_max"] = max(stats["seconds_max"], done.seconds)
     stats["killed"] += len(done.killed)
-    path = directory / YIELD_STATS
-    tmp = path.with_name(f".{YIELD_STATS}.tmp")
-    tmp.write_text(json.dumps(stats))
-    os.replace(tmp, path)
+    write_atomic(directory / YIELD_STATS, json.dumps(stats).encode())
 
 
 def read_yield_stats(directory: Path | None) -> dict[str, float]:
