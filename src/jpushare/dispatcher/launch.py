@@ -25,6 +25,7 @@ from jpushare.dispatcher.crash_points import crash_point
 from jpushare.dispatcher.cycle_deps import CycleDeps
 from jpushare.dispatcher.job_ids import job_id
 from jpushare.executors.base import LaunchSpec, PlansGpus, SubmitRefused
+from jpushare.llm_router import NoRouter
 from jpushare.store.observations import job_states
 from jpushare.store.records import DispatchedJob
 from jpushare.vocabulary import ACTIVE_STATES
@@ -139,8 +140,10 @@ def _confirm(
 
 
 def _planned(deps: CycleDeps, spec: LaunchSpec) -> list[int] | None:
-    """The GPU indices the executor will give the job, where it picks them (local)."""
-    if not isinstance(deps.executor, PlansGpus):
+    """The GPU indices the executor will give the job, where it picks them (local) and a
+    router is there to be told (planning reads every run's record under the executor's lock:
+    not done for nothing on each dispatch)."""
+    if isinstance(deps.router, NoRouter) or not isinstance(deps.executor, PlansGpus):
         return None
     try:
         return deps.executor.planned_gpus(spec)
