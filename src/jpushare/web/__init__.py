@@ -1,9 +1,10 @@
 """The dashboard at `/` and the offline /docs, served by the API process.
 
-`install_web(app)` adds the pages (`web.pages`), the sign-in (`web.auth`), the
-dashboard's own static files at `/static/web` (its CSS, its script and the vendored uPlot
-chart library, see static/vendor/uplot/README.md) and Swagger UI from local assets
-(`web.docs`). Nothing is fetched from another host, and no response may be framed by
+`install_web(app)` adds the pages (`web.pages`; My jobs, a job's page and the actions on
+jobs: `web.job_pages`), the sign-in (`web.auth`), the dashboard's own static files at
+`/static/web` (its CSS, its script and the vendored uPlot chart library, see
+static/vendor/uplot/README.md) and Swagger UI from local assets (`web.docs`). Nothing is
+fetched from another host, and no response may be framed by
 another site (`web.framing`).
 """
 
@@ -19,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from jpushare.web.docs import install_offline_docs
 from jpushare.web.error_pages import BrowserErrors
 from jpushare.web.framing import NoFraming
+from jpushare.web.job_pages import build_router as build_job_router
 from jpushare.web.pages import WebConfig, build_router
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -51,7 +53,9 @@ def install_web(app: FastAPI, refresh_s: float | None = None) -> None:
         )
 
     app.mount("/static/web", StaticFiles(directory=STATIC_DIR), name="web-static")
-    app.include_router(build_router(WebConfig(refresh_s or refresh_from_env())))
+    config = WebConfig(refresh_s or refresh_from_env())
+    app.include_router(build_router(config))
+    app.include_router(build_job_router(config))  # My jobs, a job's page, its actions
 
 
 __all__ = ["install_web"]

@@ -1,33 +1,33 @@
-"""The dashboard's pages: queue, placements, labs, my jobs (and one job), the watch-list.
+"""The dashboard's pages: queue, placements, labs, the watch-list (a job's pages, My jobs
+and the actions on jobs: `web.job_pages`, `web.actions`).
 
-Read-only, server-rendered, signed in with the API's tokens (`web.auth`). Every figure is
-what the JSON API answers for the same state because each page *calls the API's route
-functions* (`api.routes.cluster.queue`, `.placements`, `.labs`, `jobs.list_jobs`, `get_job`,
-`why`, `job_log`, `stats.watch`) with the signed-in user, in the request's read-only
-session, and only lays their answers out: privacy (`api.privacy.for_viewer`) and the
-permission to read a log apply unchanged. Each page reloads itself every dispatch cycle.
-"""
+Server-rendered, signed in with the API's tokens (`web.auth`). Every figure is what the
+JSON API answers for the same state because each page *calls the API's route functions*
+(`api.routes.cluster.queue`, `.placements`, `.labs`, `jobs.list_jobs`, `stats.watch`) with
+the signed-in user, in the request's read-only session, and only lays their answers out:
+privacy (`api.privacy.for_viewer`) applies unchanged. Each page reloads itself every
+dispatch cycle."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from jpushare.api.deps import ContextDep, SessionDep, get_context
-from jpushare.api.errors import ApiError, ErrorCode, error_response
+from jpushare.api.errors import ErrorCode, error_response
 from jpushare.api.routes import cluster, jobs, stats
 from jpushare.api.schemas import (
-    INT64_MAX,
+    MAX_LIST_LIMIT,
     PlacementPublic,
     QueueEntryPublic,
 )
-from jpushare.store.errors import NotFound
 from jpushare.store.records import UserRecord
+from jpushare.vocabulary import ACTIVE_STATES
 from jpushare.web import history
 from jpushare.web.auth import (
     COOKIE,
@@ -38,9 +38,8 @@ from jpushare.web.auth import (
     signin_url,
     token_user,
 )
+from jpushare.web.job_figures import holders_by_placement
 from jpushare.web.render import render
-
-LOG_TAIL_LINES = 200
 
 # No inline script runs: the pages' code is /static/web/dashboard.js, their data is JSON in
 # non-executed <script type="application/json"> elements.
@@ -65,21 +64,13 @@ def build_router(config: WebConfig) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     def page(request: Request, user: UserRecord, name: str, template: str, **data: Any) -> Response:
-        html = render(
-            template,
-            user=user,
-            active=name,
-            now=get_context(request).clock(),
-            refresh_s=config.refresh_s,
-            **data,
-        )
-        return HTMLResponse(html, status_code=data.get("status", 200), headers=SECURITY_HEADERS)
+        return page_response(request, user, name, template, config.refresh_s, **data)
 
     @router.get("/", response_class=HTMLResponse)
     def queue_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
         user = cookie_user(session, request)
         if user is None:
-            return _to_signin(request)
+            return to_signin(request)
         answer = cluster.queue(session=session, user=user, ctx=ctx, offset=0, limit=500)
         rows = [(e, estimated_start(e)) for e in answer.data]
         return page(request, user, "queue", "queue.html", queue=answer, rows=rows)
@@ -88,7 +79,7 @@ def build_router(config: WebConfig) -> APIRouter:
     def placements_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
         user = cookie_user(session, request)
         if user is None:
-            return _to_signin(request)
+            return to_signin(request)
         answer = cluster.placements(session=session, user=user, ctx=ctx)
         tiers = [t.name for t in cluster.tiers(session=session, user=user).data]
         grid: dict[str, dict[str, PlacementPublic]] = defaultdict(dict)
@@ -104,6 +95,16 @@ def build_router(config: WebConfig) -> APIRouter:
             for k in ("capacity", "busy", "reserved", "idle", "llm_backfill_gpus")
         }
         totals["unavailable"] = sum(p.capacity - p.busy for p in answer.data if not p.schedulable)
+        active = jobs.list_jobs(
+            session=session,
+            user=user,
+            ctx=ctx,
+            state=list(ACTIVE_STATES),
+            lab=None,
+            mine=False,
+            before_id=None,
+            limit=MAX_LIST_LIMIT,
+        )  # who holds the busy GPUs: what squeue shows of a job, no private field
         return page(
             request,
             user,
@@ -113,13 +114,14 @@ def build_router(config: WebConfig) -> APIRouter:
             tiers=used_tiers,
             nodes=nodes,
             totals=totals,
+            holders=holders_by_placement(active.data),
         )
 
     @router.get("/labs", response_class=HTMLResponse)
     def labs_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
         user = cookie_user(session, request)
         if user is None:
-            return _to_signin(request)
+            return to_signin(request)
         answer = cluster.labs(session=session, user=user, ctx=ctx)
         total = sum(lab.usage_tflop_s for lab in answer.data)
         shares = {
@@ -142,59 +144,11 @@ def build_router(config: WebConfig) -> APIRouter:
             chart_since=start,
         )
 
-    @router.get("/jobs", response_class=HTMLResponse)
-    def my_jobs_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
-        user = cookie_user(session, request)
-        if user is None:
-            return _to_signin(request)
-        answer = jobs.list_jobs(
-            session=session,
-            user=user,
-            ctx=ctx,
-            state=None,
-            lab=None,
-            mine=True,
-            before_id=None,
-            limit=100,
-        )
-        return page(request, user, "jobs", "jobs.html", jobs=answer)
-
-    @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-    def job_page(
-        request: Request,
-        session: SessionDep,
-        ctx: ContextDep,
-        job_id: Annotated[int, Path(ge=1, le=INT64_MAX)],
-    ) -> Response:
-        user = cookie_user(session, request)
-        if user is None:
-            return _to_signin(request)
-        try:
-            job = jobs.get_job(job_id=job_id, session=session, user=user)
-        except NotFound:
-            missing = f"No job {job_id}."
-            return page(request, user, "jobs", "error.html", status=404, message=missing)
-        why = jobs.why(job_id=job_id, session=session, user=user, ctx=ctx)
-        log_text: str | None = None
-        try:
-            log = jobs.job_log(job_id=job_id, session=session, user=user, ctx=ctx, attempt=None)
-        except ApiError as exc:  # not yours (403), or no executor in this process (503)
-            log_note = exc.message
-        else:
-            lines = log.log.splitlines()
-            log_text = "\n".join(lines[-LOG_TAIL_LINES:])
-            log_note = f"attempt {log.attempt}" if log.attempt else "no attempt has started yet"
-            if len(lines) > LOG_TAIL_LINES:
-                log_note += f": the last {LOG_TAIL_LINES} of {len(lines)} lines"
-        return page(
-            request, user, "jobs", "job.html", job=job, why=why, log=log_text, log_note=log_note
-        )
-
     @router.get("/watch", response_class=HTMLResponse)
     def watch_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
         user = cookie_user(session, request)
         if user is None:
-            return _to_signin(request)
+            return to_signin(request)
         answer = stats.watch(session=session, user=user, ctx=ctx, since=stats.DEFAULT_SINCE)
         days = history.watch_days(session, answer.until)
         return page(
@@ -260,7 +214,29 @@ def _refuse_cross_site(request: Request, action: str) -> Response | None:
     )
 
 
-def _to_signin(request: Request) -> Response:
+def page_response(
+    request: Request,
+    user: UserRecord,
+    active: str | None,
+    template: str,
+    refresh_s: float,
+    **data: Any,
+) -> Response:
+    """A page for the signed-in `user`, `active` lit in the menu (None: no entry), reloading
+    every `refresh_s`; `data["status"]`, when given, is its HTTP status."""
+    html = render(
+        template,
+        user=user,
+        active=active,
+        now=get_context(request).clock(),
+        refresh_s=refresh_s,
+        **data,
+    )
+    return HTMLResponse(html, status_code=data.get("status", 200), headers=SECURITY_HEADERS)
+
+
+def to_signin(request: Request) -> Response:
+    """To the sign-in page, coming back to this page once signed in."""
     return RedirectResponse(signin_url(request.url.path), status_code=303)
 
 
