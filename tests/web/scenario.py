@@ -5,8 +5,9 @@
 - node-a (4×3080 Ti) down ("power supply failure"); node-b (4×4090) drained ("disk swap")
   with one GPU busy with a job outside JPU-Share;
 - node-c/rtx4090: two GPUs busy outside JPU-Share, two idle (LLM backfill);
-- node-c/rtx5090: alice's `llm-finetune` running on two GPUs, carol's `eval` on one, the
-  last one reserved by the top job, alice's 4-GPU job named `<script>alert(1)</script>`;
+- node-c/rtx5090: alice's `llm-finetune` running on two GPUs (time limit 1 h), carol's
+  `eval` on one, the last one reserved by the top job, alice's 4-GPU job named
+  `<script>alert(1)</script>`;
 - queued behind it: bob's `pretrain` (4 GPUs) and `notebook` (1 GPU), both rtx5090;
 - ended: alice's `train` and bob's `sweep` (completed, charged, the reservation filled),
   carol's `typo` (cancelled) and bob's `crash` (failed, exit code 1).
@@ -48,7 +49,9 @@ def build_scenario(
     tokens, users = build_world(sessions, clock)
     ids: dict[str, int] = {}
 
-    def submit(user: str, name: str, gpus: int, min_tier: str | None = None) -> int:
+    def submit(
+        user: str, name: str, gpus: int, min_tier: str | None = None, limit_s: float | None = None
+    ) -> int:
         with sessions.begin() as s:
             done = store.submit(
                 s,
@@ -58,6 +61,7 @@ def build_scenario(
                 num_gpus=gpus,
                 now=clock(),
                 min_tier=min_tier,
+                time_limit_s=limit_s,
             )
         ids[name] = done.job.id
         return done.job.id
@@ -107,7 +111,7 @@ def build_scenario(
         store.drain_node(s, "node-b", "disk swap", clock())
     extra.clear()
     extra.update({("node-b", "rtx4090"): 1, ("node-c", "rtx4090"): 2})
-    finetune = submit("alice", "llm-finetune", 2, "rtx5090")
+    finetune = submit("alice", "llm-finetune", 2, "rtx5090", limit_s=3600)
     evaluate = submit("carol", "eval", 1, "rtx5090")
     assert sorted(cycle()) == sorted([finetune, evaluate])
     run(finetune)

@@ -1,7 +1,8 @@
 """The figures the job pages add to the API's answers: elapsed and time left, the bill so
 far of a job in flight, and who holds the busy GPUs of each placement.
 
-Pure functions of the API's models and a clock reading, so every page shows what the API
+Pure functions of the API's models (or, for the bill, the store's record, which holds when
+a reservation was last accrued) and a clock reading, so every page shows what the API
 would for the same instant. Elapsed and time left are the CLI's own rules
 (`client.job_commands`), the same numbers `jpushare jobs` and `jpushare show` print.
 """
@@ -15,6 +16,7 @@ from datetime import datetime
 
 from jpushare.api.schemas import JobPublic
 from jpushare.client import job_commands
+from jpushare.store.records import JobRecord
 from jpushare.vocabulary import JobState
 
 _CLOCK_FIELDS = {"state", "started_at", "ended_at", "time_limit_s"}
@@ -46,20 +48,28 @@ class BillSoFar:
     @property
     def in_flight(self) -> float:
         """What the lab will still be charged for what the job has held until now."""
-        return max(0.0, self.total - self.charged)
+        owed = self.total - self.charged
+        return owed if owed > 1e-9 * max(1.0, self.total) else 0.0  # not float dust
 
 
-def bill_so_far(job: JobPublic, tflops_by_tier: Mapping[str, float], now: datetime) -> BillSoFar:
-    """The job's bill if it ended now, as `store.aggregates.lab_in_flight` counts it for its
-    lab: the recorded run cost (attempts that ended) plus the running attempt's GPUs × time
-    since it started × its tier's TFLOPS; the reservation as accrued (each dispatch cycle
-    accrues it, so it is at most one cycle behind)."""
-    run = job.run_cost_tflop_s
-    ran = elapsed_s(job, now)
-    tflops = tflops_by_tier.get(job.tier or "")
-    if job.state == JobState.RUNNING and ran is not None and tflops is not None:
-        run += job.num_gpus * ran * tflops
-    return BillSoFar(run, job.reservation_cost_tflop_s, job.charged_tflop_s)
+def bill_so_far(job: JobRecord, tflops_by_tier: Mapping[str, float], now: datetime) -> BillSoFar:
+    """The job's bill if it ended now, counted as `store.aggregates.lab_in_flight` counts it
+    for its lab (a test holds the two together): the recorded run cost (attempts that
+    ended) plus the running attempt's GPUs × time since it started × its tier's TFLOPS;
+    the reservation cost accrued so far plus its GPUs × time since it was last accrued ×
+    the reserved tier's TFLOPS."""
+    run = job.run_cost
+    tflops = tflops_by_tier.get(job.tier_name or "")
+    if job.state == JobState.RUNNING and job.started_at is not None and tflops is not None:
+        run += job.num_gpus * max(0.0, (now - job.started_at).total_seconds()) * tflops
+    reservation = job.reservation_cost_tflop_s
+    accrued = job.reservation_last_accrued_at or job.reservation_since
+    reserved_tflops = tflops_by_tier.get(job.reserved_tier_name or "")
+    if job.reserved_gpus and accrued is not None and reserved_tflops is not None:
+        reservation += (
+            job.reserved_gpus * max(0.0, (now - accrued).total_seconds()) * reserved_tflops
+        )
+    return BillSoFar(run, reservation, job.charged_tflop_s)
 
 
 PlacementKey = tuple[str, str]  # (node, tier)

@@ -22,6 +22,7 @@ from jpushare.api.errors import ApiError
 from jpushare.api.routes import cluster, jobs
 from jpushare.api.schemas import INT64_MAX
 from jpushare.store.errors import NotFound
+from jpushare.store.jobs import Shown
 from jpushare.store.records import UserRecord
 from jpushare.web import actions
 from jpushare.web.auth import cookie_user
@@ -58,12 +59,16 @@ def build_router(config: WebConfig) -> APIRouter:
         )
         now = ctx.clock()
         tflops = tier_tflops(session, user)
+        # The bills need what the API does not show (when a reservation was last accrued):
+        # the same jobs' records, read lean (no private column).
+        filters = store.JobFilter(user_id=user.id, limit=MY_JOBS_LIMIT)
+        records = {r.id: r for r in store.list_jobs(session, filters, shown=Shown())}
         rows = [
             (
                 j,
                 elapsed_s(j, now),
                 time_left_s(j, now),
-                bill_so_far(j, tflops, now),
+                bill_so_far(records[j.id], tflops, now) if j.id in records else None,
                 # Only the viewer's own jobs are listed; the API decides again on the post.
                 [a for a in actions.ACTIONS.values() if a.applies(j.state)],
             )
@@ -124,7 +129,7 @@ def build_router(config: WebConfig) -> APIRouter:
             reservations=history.reservations,
             elapsed=elapsed_s(job, now),
             time_left=time_left_s(job, now),
-            bill=bill_so_far(job, tier_tflops(session, user), now),
+            bill=bill_so_far(record, tier_tflops(session, user), now),
             actions=actions.offered(user, record),
             notice=actions.done_notice(request),
             log=log_text,
