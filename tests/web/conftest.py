@@ -63,6 +63,12 @@ class LogOnlyExecutor:
     def log(self, job_id: str, attempt: int) -> str:
         return self.outputs.get(job_id, "")
 
+    def find(self, job_id: str, attempt: int) -> None:
+        return None  # a cancel from a page finds no run to stop: the scenario's are records
+
+    def cancel(self, executor_id: str) -> None:
+        raise AssertionError("no run of the scenario has an executor id")
+
 
 @dataclass
 class Served:
