@@ -299,8 +299,9 @@ def test_no_page_is_wider_than_the_screen(
     visit.page.set_viewport_size({"width": width, "height": 900})
     try:
         visit.sign_in("alice")
-        job = served.scenario.jobs["llm-finetune"]
-        for path in (*PAGES, f"/jobs/{job}", "/jobs/abc"):
+        job, ended, top = (served.scenario.jobs[n] for n in ("llm-finetune", "sweep", XSS_NAME))
+        paths = (f"/jobs/{job}", f"/jobs/{ended}", f"/jobs/{top}", f"/jobs/{top}/cancel")
+        for path in (*PAGES, *paths, "/jobs/abc"):
             visit.goto(path)
             wide = visit.page.evaluate("document.documentElement.scrollWidth")
             assert wide <= width, f"{path} is {wide} px wide at {width} px"

@@ -22,7 +22,7 @@ from jpushare.web.auth import COOKIE, safe_next
 from jpushare.web.history import usage_from_charges
 from tests.api.conftest import T0, ApiWorld, make_world
 
-PAGES = ["/", "/placements", "/labs", "/jobs", "/jobs/1", "/watch"]
+PAGES = ["/", "/placements", "/labs", "/jobs", "/jobs/1", "/jobs/1/cancel", "/watch"]
 
 
 def signed_in(api: ApiWorld, user: str = "alice") -> None:

@@ -103,7 +103,8 @@ ACCOUNT_NOT_SERVED (422), UNAUTHENTICATED (401), FORBIDDEN (403), NOT_FOUND (404
 QUOTA_EXCEEDED (429: the user already has the most active jobs, or bytes of command and
 environment in them, one user may have; `details` names the limit, its maximum and the
 current value; nothing was stored), ROOT_ACCOUNT (422: a user may not run as uid 0),
-CROSS_SITE_REQUEST (403: the dashboard's sign-in or sign-out posted from another site),
+CROSS_SITE_REQUEST (403: a dashboard form posted from another site), CSRF_TOKEN_INVALID
+(403: a dashboard form that acts, without its page's token for this session),
 UNAVAILABLE (503), TOO_MANY_CONNECTIONS (503, with Retry-After: the client's address holds
 enough connections), DATABASE_UNAVAILABLE (503,
 with Retry-After: the database cannot be reached now; nothing was changed), INTERNAL (500).
