@@ -24,6 +24,7 @@ from jpushare.api.schemas import INT64_MAX
 from jpushare.store.errors import NotFound
 from jpushare.store.jobs import Shown
 from jpushare.store.records import UserRecord
+from jpushare.vocabulary import ReleaseReason
 from jpushare.web import actions
 from jpushare.web.auth import cookie_user
 from jpushare.web.job_figures import bill_so_far, elapsed_s, time_left_s
@@ -127,6 +128,7 @@ def build_router(config: WebConfig) -> APIRouter:
             why=why,
             attempts=history.data,
             reservations=history.reservations,
+            released={r.value: r.sentence_then for r in ReleaseReason},
             elapsed=elapsed_s(job, now),
             time_left=time_left_s(job, now),
             bill=bill_so_far(record, tier_tflops(session, user), now),
