@@ -15,9 +15,13 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
+from jpushare.api.routes import jobs
+from jpushare.api.schemas import JobPublic
 from jpushare.client.formatting import amount
 from jpushare.store.aggregates import lab_in_flight
 from jpushare.store.jobs import Shown
+from jpushare.vocabulary import JobState
+from jpushare.web.actions import ACTIONS, ActionCall, JobAction
 from jpushare.web.auth import COOKIE
 from jpushare.web.csrf import FIELD, token_for
 from jpushare.web.job_figures import bill_so_far
@@ -142,7 +146,9 @@ def test_an_unknown_job_or_action_is_a_404(api: ApiWorld, path: str) -> None:
     as_user(api, "alice")
     assert api.client.get(path, headers={"Accept": "text/html"}).status_code == 404
     token = {FIELD: token_for(api.tokens["alice"])}
-    assert api.client.post(path, data=token, headers=PAGE).status_code == 404
+    r = api.client.post(path, data=token, headers=PAGE)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "NOT_FOUND" in r.text
 
 
 def test_after_an_action_the_browser_goes_only_to_a_page_of_this_site(api: ApiWorld) -> None:
@@ -217,3 +223,40 @@ def test_the_pages_bills_so_far_add_up_to_each_labs_in_flight_figure(api: ApiWor
         assert store.get_job(s, reserving).reserved_gpus == 1
         expected = {lab: held.tflop_s for lab, held in lab_in_flight(s, now).items()}
     assert bills == pytest.approx(expected) and all(v > 0 for v in expected.values())
+
+
+def test_a_new_action_is_one_entry_offered_confirmed_and_checked_as_cancel_is(
+    api: ApiWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hold and release join as one `JobAction` each: the pages, the confirmation, the
+    CSRF check and the refusals come with it."""
+    calls: list[tuple[int, str]] = []
+
+    def perform(call: ActionCall) -> JobPublic:
+        calls.append((call.job_id, call.user.name))
+        return jobs.get_job(job_id=call.job_id, session=call.session, user=call.user)
+
+    hold = JobAction(
+        name="hold",
+        label="Hold",
+        applies=lambda s: s == JobState.GLOBAL_QUEUE_WAIT,
+        consequence="It stays in the queue but is not started until released.",
+        done="Job {job} is held.",
+        perform=perform,
+    )
+    monkeypatch.setitem(ACTIONS, "hold", hold)
+    job = api.submit("alice", 1)
+    as_user(api, "alice")
+    assert f'href="/jobs/{job}/hold"' in api.client.get(f"/jobs/{job}").text
+    asked = api.client.get(f"/jobs/{job}/hold")
+    assert "not started until released" in asked.text and calls == []
+    assert cancel_like(api, job, "hold", {}).status_code == 403 and calls == []  # no token
+    r = cancel_like(api, job, "hold", form_of(asked.text))
+    assert r.status_code == 303 and calls == [(job, "alice")]
+    assert f"Job {job} is held." in api.client.get(r.headers["location"]).text
+
+
+def cancel_like(api: ApiWorld, job: int, action: str, fields: dict[str, str]) -> Any:
+    return api.client.post(
+        f"/jobs/{job}/{action}", data=fields, headers=PAGE, follow_redirects=False
+    )

@@ -51,7 +51,8 @@ class JobAction:
     """One thing a person may do to a job: `name` is its URL's last part (`cancel`);
     `applies` says in which states it means anything; `consequence` what it does, shown
     before the person confirms; `done` the notice after (`{job}`: the job's id);
-    `perform` calls the API's route function for it."""
+    `perform` calls the API's route function for it; `danger`: it cannot be undone (its
+    button is red)."""
 
     name: str
     label: str
@@ -59,6 +60,7 @@ class JobAction:
     consequence: str
     done: str
     perform: Callable[[ActionCall], JobPublic]
+    danger: bool = False
 
 
 def _cancel(call: ActionCall) -> JobPublic:
@@ -79,6 +81,7 @@ CANCEL = JobAction(
     "run is stopped. Its lab is charged for what it held until now. This cannot be undone.",
     done="Job {job} was cancelled.",
     perform=_cancel,
+    danger=True,
 )
 
 # Hold and release: one entry each here (their API route function as `perform`).
@@ -107,6 +110,11 @@ def _back(target: str, action: JobAction, job_id: int) -> str:
     return f"{target}{joiner}done={action.name}&job={job_id}"
 
 
+def _unknown(name: str) -> str:
+    known = ", ".join(ACTIONS)
+    return f"the dashboard has no action {name[:40]!r} on a job (it has: {known})"
+
+
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX)]
 
 
@@ -123,7 +131,7 @@ def build_router(config: WebConfig) -> APIRouter:
             return to_signin(request)
         action = ACTIONS.get(name)
         if action is None:
-            raise ApiError(404, ErrorCode.NOT_FOUND, f"the dashboard cannot {name[:40]} a job")
+            raise ApiError(404, ErrorCode.NOT_FOUND, _unknown(name))
         try:
             job = store.get_job(session, job_id)
         except NotFound:
@@ -157,7 +165,7 @@ def build_router(config: WebConfig) -> APIRouter:
     ) -> Response:
         action = ACTIONS.get(name)
         if action is None:
-            raise ApiError(404, ErrorCode.NOT_FOUND, f"the dashboard cannot {name[:40]} a job")
+            return refusal(request, 404, ErrorCode.NOT_FOUND, _unknown(name))
         form = parse_form(await request.body())
         refused = check_csrf(request, form, f"{action.name} job {job_id}")
         if refused is not None:
