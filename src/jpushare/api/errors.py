@@ -58,7 +58,8 @@ class ErrorCode(StrEnum):
     # uid 0, a form posted from another site.
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"  # 429: a per-user limit on active jobs or their bytes
     ROOT_ACCOUNT = "ROOT_ACCOUNT"  # 422: a user mapped to an account with uid 0 (root)
-    CROSS_SITE_REQUEST = "CROSS_SITE_REQUEST"  # 403: sign-in/out posted from another site
+    CROSS_SITE_REQUEST = "CROSS_SITE_REQUEST"  # 403: a dashboard form posted from another site
+    CSRF_TOKEN_INVALID = "CSRF_TOKEN_INVALID"  # 403: a dashboard form without its page's token
 
 
 class ApiError(Exception):
