@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from math import ceil
 
 from sqlalchemy.orm import Session
 
@@ -24,6 +25,7 @@ from jpushare.store.watch_records import load_watch_records
 USAGE_WINDOW = timedelta(days=7)
 USAGE_POINTS = 120  # points per line: enough for a smooth chart, few enough to stay light
 WATCH_DAYS = 7
+WATCH_MAX_DAYS = 90  # a longer window's chart shows its last 90 days (one query per day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,13 @@ def watch_days(session: Session, now: datetime, days: int = WATCH_DAYS) -> list[
         spans, ended = load_watch_records(session, since, until)
         out.append(WatchPublic(since=since, until=until, **watch_figures(spans, ended).as_dict()))
     return out
+
+
+def days_in(window: WatchPublic) -> int:
+    """How many 24-hour points the watch chart draws for `window`: one per day it spans
+    (a part-day counts), 1 to `WATCH_MAX_DAYS`."""
+    days = ceil((window.until - window.since) / timedelta(days=1))
+    return max(1, min(WATCH_MAX_DAYS, days))
 
 
 def watch_series(days: Sequence[WatchPublic]) -> Series:

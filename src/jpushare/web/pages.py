@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from jpushare.api.deps import ContextDep, SessionDep, get_context
@@ -191,18 +191,26 @@ def build_router(config: WebConfig) -> APIRouter:
         )
 
     @router.get("/watch", response_class=HTMLResponse)
-    def watch_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+    def watch_page(
+        request: Request,
+        session: SessionDep,
+        ctx: ContextDep,
+        since: Annotated[str, Query(max_length=64)] = stats.DEFAULT_SINCE,
+        until: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> Response:
         user = cookie_user(session, request)
         if user is None:
             return _to_signin(request)
-        answer = stats.watch(session=session, user=user, ctx=ctx, since=stats.DEFAULT_SINCE)
-        days = history.watch_days(session, answer.until)
+        answer = stats.watch(session=session, user=user, ctx=ctx, since=since, until=until)
+        days = history.watch_days(session, answer.until, history.days_in(answer))
         return page(
             request,
             user,
             "watch",
             "watch.html",
             watch=answer,
+            request_since=since,
+            request_until=until,
             days=days,
             chart=history.watch_series(days).as_json(),
         )
