@@ -11,9 +11,11 @@ from datetime import timedelta
 import pytest
 
 from jpushare import store
+from jpushare.store.aggregates import LabInFlight
 from jpushare.store.health import CYCLE_FAILED, CYCLE_OK, HealthCount, add_health_counts
 from jpushare.store.leadership import take_lease
 from jpushare.store.schema import JobState
+from jpushare.store.usage_history import UserCharges
 from jpushare.web.auth import COOKIE
 from jpushare.web.csrf import FIELD, token_for
 from jpushare.web.lab_page import user_rows
@@ -57,7 +59,7 @@ def run_two_alpha_jobs(api: ApiWorld) -> tuple[int, int]:
 def test_a_pi_sees_each_users_usage_in_flight_and_gpus_as_the_api_counts_them(
     api: ApiWorld,
 ) -> None:
-    first, second = run_two_alpha_jobs(api)
+    first, _ = run_two_alpha_jobs(api)
     signed_in(api, "pia")
     r = api.client.get("/labs/alpha")
     assert r.status_code == 200, r.text
@@ -75,7 +77,7 @@ def test_a_pi_sees_each_users_usage_in_flight_and_gpus_as_the_api_counts_them(
     )
     assert f'data-field="in_flight">{tflops(alpha["in_flight_tflop_s"])}<' in r.text
     assert f'data-field="window_total">{tflops(charged)}<' in r.text
-    assert list(users)[0] == "alice"  # most usage in the window first
+    assert next(iter(users)) == "alice"  # most usage in the window first
 
 
 def test_only_the_labs_members_and_admins_open_its_page(api: ApiWorld) -> None:
@@ -95,7 +97,7 @@ def test_only_the_labs_members_and_admins_open_its_page(api: ApiWorld) -> None:
 
 
 def test_the_lab_pages_window_is_7_30_or_90_days(api: ApiWorld) -> None:
-    first, _ = run_two_alpha_jobs(api)
+    run_two_alpha_jobs(api)
     api.clock.advance(40 * 86400)  # alice's charge is now 40 days old
     signed_in(api, "pia")
     in_30 = rows(api.client.get("/labs/alpha?days=30").text, "lab-users")
@@ -109,9 +111,6 @@ def test_the_lab_pages_window_is_7_30_or_90_days(api: ApiWorld) -> None:
 
 
 def test_user_rows_keep_someone_who_left_the_lab_but_was_charged_in_it() -> None:
-    from jpushare.store.aggregates import LabInFlight
-    from jpushare.store.usage_history import UserCharges
-
     out = user_rows(
         {"ann": "pi", "ben": "student"},
         {"old": UserCharges(5.0, 1), "ben": UserCharges(9.0, 2)},

@@ -115,6 +115,7 @@ def build_router(config: WebConfig) -> APIRouter:
             "operator_confirm.html",
             node=node,
             action=action,
+            reload=False,  # a reload would wipe the reason being typed
             csrf_field=FIELD,
             csrf=csrf_token(request),
         )

@@ -25,15 +25,17 @@ def page_response(
     active: str,
     template: str,
     status: int = 200,
+    reload: bool = True,
     **data: Any,
 ) -> Response:
-    """`template` rendered for `user`, with `active` marked in the navigation."""
+    """`template` rendered for `user`, with `active` marked in the navigation; it reloads
+    itself every cycle unless `reload` is False (a page with a form to fill in)."""
     html = render(
         template,
         user=user,
         active=active,
         now=get_context(request).clock(),
-        refresh_s=config.refresh_s,
+        refresh_s=config.refresh_s if reload else None,
         status=status,
         **data,
     )

@@ -70,7 +70,7 @@ def build_router(config: WebConfig) -> APIRouter:
             user=user,
             active=name,
             now=get_context(request).clock(),
-            refresh_s=config.refresh_s,
+            refresh_s=data.pop("refresh_s", config.refresh_s),  # None: a form, no reload
             **data,
         )
         return HTMLResponse(html, status_code=data.get("status", 200), headers=SECURITY_HEADERS)
@@ -211,6 +211,7 @@ def build_router(config: WebConfig) -> APIRouter:
             watch=answer,
             request_since=since,
             request_until=until,
+            refresh_s=None,  # its window form would be wiped by a reload; figures move slowly
             days=days,
             chart=history.watch_series(days).as_json(),
         )
