@@ -395,18 +395,10 @@ class ServiceMetrics:
         )
         self._figures: FiguresCollector | None = None
         self._backfill: BackfillCollector | None = None
-        # The operator page's "last cycle took": only where the dispatcher shares the process.
-        self.last_dispatch_cycle_s: float | None = None
-        self.dispatch_cycles_observed = 0
-        self.dispatch_cycles_total_s = 0.0
 
     def observe_dispatch_cycle(self, seconds: float) -> None:
         """Record one dispatcher cycle's duration (the dispatcher's hook)."""
-        seconds = max(0.0, seconds)
-        self.dispatch_cycle_seconds.observe(seconds)
-        self.last_dispatch_cycle_s = seconds
-        self.dispatch_cycles_observed += 1
-        self.dispatch_cycles_total_s += seconds
+        self.dispatch_cycle_seconds.observe(max(0.0, seconds))
 
     def collect_figures_from(self, read: Callable[[], MetricFigures]) -> None:
         """Export the database figures, read by `read` on each scrape (once per registry)."""

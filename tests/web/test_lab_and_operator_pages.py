@@ -11,8 +11,16 @@ from datetime import timedelta
 import pytest
 
 from jpushare import store
+from jpushare.dispatcher.cycle import CycleReport, Observed
+from jpushare.service.dispatch_health import HealthRecorder
 from jpushare.store.aggregates import LabInFlight
-from jpushare.store.health import CYCLE_FAILED, CYCLE_OK, HealthCount, add_health_counts
+from jpushare.store.health import (
+    CYCLE_FAILED,
+    CYCLE_OK,
+    HealthCount,
+    add_health_counts,
+    load_health,
+)
 from jpushare.store.leadership import take_lease
 from jpushare.store.schema import JobState
 from jpushare.store.usage_history import UserCharges
@@ -148,13 +156,21 @@ def test_the_operator_page_is_for_admins_and_says_what_healthz_says(api: ApiWorl
     assert "12 cycles in all" in page
 
 
-def test_the_operator_page_shows_this_processs_last_cycle_duration(api: ApiWorld) -> None:
+def test_the_operator_page_shows_the_last_cycles_duration_from_the_database(
+    api: ApiWorld,
+) -> None:
+    """Written by the dispatching process (`HealthRecorder`), read by this one."""
     signed_in(api, "root")
     assert 'data-field="cycle_took">—<' in api.client.get("/operator").text
-    api.app.state.jpushare.metrics.observe_dispatch_cycle(0.042)
-    api.app.state.jpushare.metrics.observe_dispatch_cycle(0.018)
+    health = HealthRecorder(api.sessions, holder="host-a:1", cycle_s=5.0, clock=api.clock)
+    health.cycle_done(CycleReport(api.clock(), 0.042, Observed.__new__(Observed)))
+    api.clock.advance(5)
+    health.cycle_done(CycleReport(api.clock(), 0.018, None))  # failed: executor, still timed
     page = api.client.get("/operator").text
     assert 'data-field="cycle_took">18 ms<' in page and "mean 30 ms over 2 cycles" in page
+    with api.sessions.begin() as s:
+        loaded = load_health(s)
+    assert (loaded.last_cycle_s, loaded.cycles_timed, loaded.cycle_ms_total) == (0.018, 2, 60)
 
 
 def node(api: ApiWorld, name: str) -> dict[str, object]:

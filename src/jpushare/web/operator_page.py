@@ -3,8 +3,9 @@ open, and draining or resuming a node.
 
 Dispatcher health is what `/healthz` judges (`api.health.judge_dispatcher` over
 `store.health.load_health` and the lease), with every counter shown: cycles, failures by
-kind, executor calls that failed, and the lease's holder and epoch. How long the last cycle
-took is known only where the dispatcher runs in this process (`ServiceMetrics`).
+kind, executor calls that failed, the lease's holder and epoch, and how long the last cycle
+took and the mean (`store.health`'s `cycle_ms`, written by the dispatcher after each cycle:
+every API process reads the same).
 
 Drain and resume go through the API's own admin routes (`api.routes.admin.drain_node`,
 `.undrain_node`) with the API's admin check (`api.deps.get_admin_user`): one rule, one
@@ -42,34 +43,21 @@ NodePath = Annotated[Name, Path()]
 
 
 @dataclass(frozen=True, slots=True)
-class CycleTimes:
-    """How long this process's dispatcher cycles took (None: no dispatcher runs here)."""
-
-    last_s: float | None
-    mean_s: float | None
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
 class DispatcherView:
     """Everything the page says about the dispatcher."""
 
     verdict: DispatcherVerdict
     health: DispatcherHealth
     lease: LeaseRecord | None
-    cycles: CycleTimes
     failed_total: int
 
 
-def dispatcher_view(session: Session, ctx: ApiContext, now: datetime) -> DispatcherView:
-    """The dispatcher's records as `/healthz` reads them, and this process's cycle times."""
+def dispatcher_view(session: Session, now: datetime) -> DispatcherView:
+    """The dispatcher's records as `/healthz` reads them."""
     health = load_health(session)
     lease = get_lease(session)
-    m = ctx.metrics
-    n = m.dispatch_cycles_observed
-    cycles = CycleTimes(m.last_dispatch_cycle_s, m.dispatch_cycles_total_s / n if n else None, n)
     failed = sum(health.cycles_failed.values())
-    return DispatcherView(judge_dispatcher(health, lease, now), health, lease, cycles, failed)
+    return DispatcherView(judge_dispatcher(health, lease, now), health, lease, failed)
 
 
 def build_router(config: WebConfig) -> APIRouter:
@@ -93,7 +81,7 @@ def build_router(config: WebConfig) -> APIRouter:
             user,
             "operator",
             "operator.html",
-            dispatcher=dispatcher_view(session, ctx, ctx.clock()),
+            dispatcher=dispatcher_view(session, ctx.clock()),
             nodes=nodes,
             done=_done_note(done, nodes),
         )
