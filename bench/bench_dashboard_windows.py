@@ -17,6 +17,7 @@ import sys
 import tempfile
 import uuid
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -52,9 +53,9 @@ def measure(name: str, url: str, n_jobs: int) -> None:
             watch_figures(*load_watch_records(s, T_END - timedelta(days=days), T_END))
             watch_days(s, T_END, days)
 
-    labs = "  ".join(f"{d}d {median_ms(lambda d=d: lab(d)):7.1f}" for d in WINDOWS)
+    labs = "  ".join(f"{d}d {median_ms(partial(lab, d)):7.1f}" for d in WINDOWS)
     print(f"{name:10}  {n_jobs:>7,} ended jobs  lab page (ms): {labs}", flush=True)
-    watches = "  ".join(f"{d}d {median_ms(lambda d=d: watch(d), repeat=3):7.1f}" for d in WINDOWS)
+    watches = "  ".join(f"{d}d {median_ms(partial(watch, d), repeat=3):7.1f}" for d in WINDOWS)
     print(f"{name:10}  {n_jobs:>7,} ended jobs  watch page (ms): {watches}", flush=True)
     engine.dispose()
 

@@ -125,6 +125,14 @@ def test_the_watch_list_over_a_window_from_the_operator_page_and_its_form(
     visit.page.wait_for_url("**/watch?since=90d")
     chart = visit.page.evaluate("JSON.parse(document.getElementById('chart-watch').textContent)")
     assert len(chart["x"]) == 90
+    day = visit.served.api("/v1/stats/watch?since=1d", "root")  # the last point's window
+    assert day["reservations"]["started"] > 0
+    assert chart["lines"]["failed reservations"][-1] == round(
+        day["reservations"]["failed_rate"] * 100, 2
+    )
+    hold = day["hold_s"]["mean"]
+    assert chart["lines"]["mean hold"][-1] == (None if hold is None else round(hold / 60, 2))
+    assert all(v is None for v in chart["lines"]["failed reservations"][:-1])  # nothing before
     visit.page.fill('#watch-window input[name="since"]', "14d")
     visit.page.fill('#watch-window input[name="until"]', "1d")
     visit.page.click("#watch-window button")

@@ -174,7 +174,8 @@ def test_the_operator_page_shows_the_last_cycles_duration_from_the_database(
 
 
 def node(api: ApiWorld, name: str) -> dict[str, object]:
-    (n,) = [n for n in api.get("/v1/admin/nodes", "root").json()["data"] if n["name"] == name]
+    nodes: list[dict[str, object]] = api.get("/v1/admin/nodes", "root").json()["data"]
+    (n,) = [n for n in nodes if n["name"] == name]
     return n
 
 
