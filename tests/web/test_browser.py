@@ -287,6 +287,7 @@ def test_docs_render_every_operation_with_the_network_closed(
 
 
 PAGES = ("/", "/placements", "/labs", "/jobs", "/watch")
+ADMIN_PAGES = ("/labs/alpha", "/operator", "/operator/nodes/node-c/drain", "/watch?since=30d")
 
 
 @pytest.mark.parametrize("width", [390, 1366])
@@ -306,6 +307,13 @@ def test_no_page_is_wider_than_the_screen(
             wide = visit.page.evaluate("document.documentElement.scrollWidth")
             assert wide <= width, f"{path} is {wide} px wide at {width} px"
             name = path.strip("/").replace("/", "-") or "queue"
+            save_screenshot(visit.page, screenshots, f"w{width}-{name}")
+        visit.sign_in("root")  # the pages of a lab and of an operator (admins only)
+        for path in ADMIN_PAGES:
+            visit.goto(path)
+            wide = visit.page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"{path} is {wide} px wide at {width} px"
+            name = path.strip("/").replace("/", "-").replace("?", "-").replace("=", "")
             save_screenshot(visit.page, screenshots, f"w{width}-{name}")
     finally:
         visit.close()

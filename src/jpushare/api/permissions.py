@@ -2,7 +2,8 @@
 
 Reading the queue, jobs, placements, labs and tiers is open to every authenticated user
 (it is one shared cluster, and "why" needs to name the other jobs). Cancelling a job and
-reading its log follow the rule above.
+reading its log follow the rule above. A lab's page (each user's usage, in flight, GPUs)
+is for the lab's own members and head, and admins (`may_read_lab`).
 """
 
 from __future__ import annotations
@@ -40,4 +41,21 @@ def require_manage(user: UserRecord, job: JobRecord, action: str) -> None:
         ErrorCode.FORBIDDEN,
         f"job {job.id} belongs to {job.user_name} ({job.lab_name}): {rule}",
         {"job_id": job.id, "owner": job.user_name, "lab": job.lab_name, "role": user.role},
+    )
+
+
+def may_read_lab(user: UserRecord, lab: str) -> bool:
+    """Whether `user` may open `lab`'s page: its members (students and PIs) and admins."""
+    return user.role == Role.ADMIN.value or user.lab_name == lab
+
+
+def require_read_lab(user: UserRecord, lab: str) -> None:
+    """403 FORBIDDEN unless `may_read_lab`."""
+    if may_read_lab(user, lab):
+        return
+    raise ApiError(
+        403,
+        ErrorCode.FORBIDDEN,
+        f"{user.name} is in lab {user.lab_name}: a lab's page is for its own members and admins",
+        {"lab": lab, "your_lab": user.lab_name, "role": user.role},
     )

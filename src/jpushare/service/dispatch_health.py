@@ -2,7 +2,7 @@
 
 `CountingExecutor` wraps the dispatcher's executor and counts the calls that raise, by
 call (a refused submission is an answer, not a failure). `HealthRecorder` gathers those
-counts and each cycle's outcome (succeeded; failed because the executor could not be
+counts, each cycle's duration and its outcome (succeeded; failed because the executor could not be
 observed; failed by raising: database, lease_lost, error) and adds them to the database
 after every cycle (`store.health`), where every API process reads them. Counts a write
 could not store (the database is down) are kept and added by the next write that works.
@@ -29,7 +29,9 @@ from jpushare.executors.base import (
 )
 from jpushare.store.health import (
     CYCLE_FAILED,
+    CYCLE_MS,
     CYCLE_OK,
+    CYCLES_TIMED,
     EXECUTOR_FAILED,
     HealthCount,
     add_health_counts,
@@ -55,14 +57,15 @@ class HealthRecorder:
         self.cycle_s = cycle_s
         self.clock = clock
         self._pending: dict[str, HealthCount] = {}
+        self._last_cycle_s: float | None = None
         self._lock = threading.Lock()
 
-    def count(self, name: str) -> None:
-        """One more of counter `name` (a `store.health` name), now."""
+    def count(self, name: str, n: int = 1) -> None:
+        """`n` more of counter `name` (a `store.health` name), now."""
         at = self.clock()
         with self._lock:
             was = self._pending.get(name)
-            self._pending[name] = HealthCount((was.count if was else 0) + 1, at)
+            self._pending[name] = HealthCount((was.count if was else 0) + n, at)
 
     def executor_failed(self, call: str) -> None:
         self.count(EXECUTOR_FAILED + call)
@@ -70,6 +73,10 @@ class HealthRecorder:
     def cycle_done(self, report: CycleReport) -> None:
         """A cycle that returned: failed if it could not observe the executor."""
         self.count(CYCLE_OK if report.observed is not None else CYCLE_FAILED + "executor")
+        self.count(CYCLE_MS, round(max(0.0, report.duration_s) * 1000))
+        self.count(CYCLES_TIMED)
+        with self._lock:
+            self._last_cycle_s = max(0.0, report.duration_s)
         self.flush()
 
     def cycle_failed(self, kind: str) -> None:
@@ -81,11 +88,18 @@ class HealthRecorder:
         """Add the pending counts to the database; False (kept for later) if it failed."""
         with self._lock:
             pending, self._pending = self._pending, {}
+            last_cycle_s = self._last_cycle_s
         if not pending:
             return True
         try:
             with self.sessions.begin() as session:
-                add_health_counts(session, pending, holder=self.holder, cycle_s=self.cycle_s)
+                add_health_counts(
+                    session,
+                    pending,
+                    holder=self.holder,
+                    cycle_s=self.cycle_s,
+                    last_cycle_s=last_cycle_s,
+                )
         except Exception as exc:
             log.debug("health counts not stored yet: %s", exc)
             with self._lock:

@@ -1,4 +1,4 @@
-"""Figures over many rows at once, for /metrics, `labs` and `placements`.
+"""Figures over many rows at once, for /metrics, `labs`, `placements` and the lab page.
 
 Only SELECTs, in the caller's session, aggregated in SQL: the record-by-record functions of
 `jobs` and `accounts` would answer these slowly.
@@ -7,6 +7,7 @@ Only SELECTs, in the caller's session, aggregated in SQL: the record-by-record f
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,7 +15,16 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from jpushare.store.observations import PlacementObservation
-from jpushare.store.schema import ACTIVE_STATES, EventKind, GpuTier, Job, JobEvent, JobState, Lab
+from jpushare.store.schema import (
+    ACTIVE_STATES,
+    EventKind,
+    GpuTier,
+    Job,
+    JobEvent,
+    JobState,
+    Lab,
+    User,
+)
 
 PlacementKey = tuple[str, str]
 
@@ -71,10 +81,37 @@ def lab_in_flight(session: Session, now: datetime) -> dict[str, LabInFlight]:
     costs (run_cost + reservation_gpu_seconds) less `charged_tflop_s`, plus the running
     attempt's GPU time since it started and the reservation's since it was last accrued,
     × TFLOPS. What `charge_lab` would add if every job ended now."""
+    out: dict[str, LabInFlight] = {}
+    for lab, _user, held in _jobs_in_flight(session, now, lab_id=None):
+        out[lab] = _plus(out.get(lab, LabInFlight()), held)
+    return out
+
+
+def user_in_flight(session: Session, now: datetime, lab_id: int) -> dict[str, LabInFlight]:
+    """user name -> what `lab_in_flight` counts for the lab, per user of the lab (the lab
+    page's breakdown; the users' figures add up to the lab's)."""
+    out: dict[str, LabInFlight] = {}
+    for _lab, user, held in _jobs_in_flight(session, now, lab_id=lab_id):
+        out[user] = _plus(out.get(user, LabInFlight()), held)
+    return out
+
+
+def _plus(a: LabInFlight, b: LabInFlight) -> LabInFlight:
+    return LabInFlight(
+        a.tflop_s + b.tflop_s, a.running_gpus + b.running_gpus, a.reserved_gpus + b.reserved_gpus
+    )
+
+
+def _jobs_in_flight(
+    session: Session, now: datetime, lab_id: int | None
+) -> Iterator[tuple[str, str, LabInFlight]]:
+    """(lab, user, what the job holds uncharged) for every job not ended that holds or owes
+    something; only `lab_id`'s when given. The one computation of "in flight"."""
     active = [s.value for s in ACTIVE_STATES]
-    rows = session.execute(
+    stmt = (
         select(
             Lab.name,
+            User.name,
             Job.state,
             Job.num_gpus,
             Job.started_at,
@@ -85,6 +122,7 @@ def lab_in_flight(session: Session, now: datetime) -> dict[str, LabInFlight]:
             _ReservedTier.tflops,
         )
         .join(Lab, Lab.id == Job.lab_id)
+        .join(User, User.id == Job.user_id)
         .outerjoin(_RunTier, _RunTier.id == Job.tier_id)
         .outerjoin(_ReservedTier, _ReservedTier.id == Job.reserved_tier_id)
         .where(
@@ -96,8 +134,20 @@ def lab_in_flight(session: Session, now: datetime) -> dict[str, LabInFlight]:
             ~Job.state.in_([s.value for s in JobState if s.ended]),
         )
     )
-    out: dict[str, LabInFlight] = {}
-    for lab, state, gpus, started, uncharged, tflops, reserved, accrued, res_tflops in rows:
+    if lab_id is not None:
+        stmt = stmt.where(Job.lab_id == lab_id)
+    for (
+        lab,
+        user,
+        state,
+        gpus,
+        started,
+        uncharged,
+        tflops,
+        reserved,
+        accrued,
+        res_tflops,
+    ) in session.execute(stmt):
         total = max(0.0, uncharged)
         running = 0
         if state == JobState.RUNNING.value and started is not None and tflops is not None:
@@ -106,13 +156,7 @@ def lab_in_flight(session: Session, now: datetime) -> dict[str, LabInFlight]:
             running = gpus
         if reserved and accrued is not None and res_tflops is not None:
             total += reserved * max(0.0, (now - accrued).total_seconds()) * res_tflops
-        before = out.get(lab, LabInFlight())
-        out[lab] = LabInFlight(
-            before.tflop_s + total,
-            before.running_gpus + running,
-            before.reserved_gpus + reserved,
-        )
-    return out
+        yield lab, user, LabInFlight(total, running, reserved)
 
 
 REQUEUE_CAUSES = {

@@ -1,7 +1,8 @@
 """The dashboard at `/` and the offline /docs, served by the API process.
 
 `install_web(app)` adds the pages (`web.pages`; My jobs, a job's page and the actions on
-jobs: `web.job_pages`), the sign-in (`web.auth`), the dashboard's own static files at
+jobs: `web.job_pages`; a lab's own page `web.lab_page`; the operator's
+`web.operator_page`), the sign-in (`web.auth`), the dashboard's own static files at
 `/static/web` (its CSS, its script and the vendored uPlot chart library, see
 static/vendor/uplot/README.md) and Swagger UI from local assets (`web.docs`). Nothing is
 fetched from another host, and no response may be framed by
@@ -17,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
+from jpushare.web import lab_page, operator_page
 from jpushare.web.docs import install_offline_docs
 from jpushare.web.error_pages import BrowserErrors
 from jpushare.web.framing import NoFraming
@@ -56,6 +58,8 @@ def install_web(app: FastAPI, refresh_s: float | None = None) -> None:
     config = WebConfig(refresh_s or refresh_from_env())
     app.include_router(build_router(config))
     app.include_router(build_job_router(config))  # My jobs, a job's page, its actions
+    app.include_router(lab_page.build_router(config))
+    app.include_router(operator_page.build_router(config))
 
 
 __all__ = ["install_web"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from jpushare.api.deps import ContextDep, SessionDep, get_context
@@ -64,7 +64,9 @@ def build_router(config: WebConfig) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     def page(request: Request, user: UserRecord, name: str, template: str, **data: Any) -> Response:
-        return page_response(request, user, name, template, config.refresh_s, **data)
+        return page_response(
+            request, user, name, template, data.pop("refresh_s", config.refresh_s), **data
+        )
 
     @router.get("/", response_class=HTMLResponse)
     def queue_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
@@ -145,18 +147,27 @@ def build_router(config: WebConfig) -> APIRouter:
         )
 
     @router.get("/watch", response_class=HTMLResponse)
-    def watch_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+    def watch_page(
+        request: Request,
+        session: SessionDep,
+        ctx: ContextDep,
+        since: Annotated[str, Query(max_length=64)] = stats.DEFAULT_SINCE,
+        until: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> Response:
         user = cookie_user(session, request)
         if user is None:
             return to_signin(request)
-        answer = stats.watch(session=session, user=user, ctx=ctx, since=stats.DEFAULT_SINCE)
-        days = history.watch_days(session, answer.until)
+        answer = stats.watch(session=session, user=user, ctx=ctx, since=since, until=until)
+        days = history.watch_days(session, answer.until, history.days_in(answer))
         return page(
             request,
             user,
             "watch",
             "watch.html",
             watch=answer,
+            request_since=since,
+            request_until=until,
+            refresh_s=None,  # its window form would be wiped by a reload; figures move slowly
             days=days,
             chart=history.watch_series(days).as_json(),
         )
@@ -219,11 +230,12 @@ def page_response(
     user: UserRecord,
     active: str | None,
     template: str,
-    refresh_s: float,
+    refresh_s: float | None,
     **data: Any,
 ) -> Response:
     """A page for the signed-in `user`, `active` lit in the menu (None: no entry), reloading
-    every `refresh_s`; `data["status"]`, when given, is its HTTP status."""
+    every `refresh_s` (None: a page with a form to fill in, which a reload would wipe);
+    `data["status"]`, when given, is its HTTP status."""
     html = render(
         template,
         user=user,

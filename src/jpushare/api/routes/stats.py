@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.schemas import ErrorPublic, WatchPublic
+from jpushare.api.time_window import parse_when
 from jpushare.policy.watch import watch_figures
 from jpushare.store.watch_records import load_watch_records
 
@@ -61,10 +62,18 @@ def watch(
             "ISO time; default 7d",
         ),
     ] = DEFAULT_SINCE,
+    until: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="window end: a duration back from now or an ISO time; default now",
+        ),
+    ] = None,
 ) -> WatchPublic:
-    """The operational watch-list (SPEC §10) from `since` to now: failed reservations (R3,
-    R5, cancel) overall and per lab, reservation hold, reservation share of the usage
-    charged, and per job size the burden (charged / run TFLOP-s) and the mean wait."""
+    """The operational watch-list (SPEC §10) from `since` to `until` (default now): failed
+    reservations (R3, R5, cancel) overall and per lab, reservation hold, reservation share
+    of the usage charged, and per job size the burden (charged / run TFLOP-s) and the mean
+    wait."""
     now = ctx.clock()
     try:
         start = parse_since(since, now)
@@ -72,5 +81,14 @@ def watch(
         raise ApiError(
             422, ErrorCode.VALIDATION_ERROR, str(exc), {"field": "since", "value": since}
         ) from None
-    spans, ended = load_watch_records(session, start, now)
-    return WatchPublic(since=start, until=now, **watch_figures(spans, ended).as_dict())
+    end = now if until is None or not until.strip() else min(parse_when(until, now, "until"), now)
+    if end <= start:
+        raise ApiError(
+            422,
+            ErrorCode.VALIDATION_ERROR,
+            f"until={until!r} ({end.isoformat()}) is not after since={since!r} "
+            f"({start.isoformat()}): the window would be empty",
+            {"field": "until", "value": until},
+        )
+    spans, ended = load_watch_records(session, start, end)
+    return WatchPublic(since=start, until=end, **watch_figures(spans, ended).as_dict())
