@@ -46,7 +46,7 @@ class MailBox:
     messages: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         assert isinstance(message, EmailMessage)
         with self.lock:
@@ -126,7 +126,7 @@ def webhook() -> Iterator[Webhook]:
     hook = Webhook("")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length))
             assert self.headers.get("Content-Type") == "application/json"
@@ -138,7 +138,7 @@ def webhook() -> Iterator[Webhook]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

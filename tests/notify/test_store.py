@@ -19,7 +19,7 @@ def test_a_jobs_mail_request_is_kept_and_read_with_its_events(
     asked = submit_with_mail(sessions, users["alice"].id, "true", "END,FAIL", "a@example.org")
     silent = submit_with_mail(sessions, users["bob"].id, "true", name="quiet")
     with sessions() as s:
-        assert job_mail(s, asked) == ({MailType.END, MailType.FAIL}, "a@example.org")
+        assert job_mail(s, asked) == (frozenset({MailType.END, MailType.FAIL}), "a@example.org")
         assert job_mail(s, silent) == (frozenset(), None)
         events = events_after(s, 0, 100)
     assert [(e.job_id, e.kind) for e in events] == [(asked, "submitted"), (silent, "submitted")]

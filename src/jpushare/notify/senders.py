@@ -10,12 +10,17 @@ import smtplib
 import ssl
 import urllib.error
 import urllib.request
+from email import policy
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any
 
 from jpushare.notify.messages import Mail
 from jpushare.notify.settings import SmtpSettings
+
+# Headers unfolded up to RFC 5322's line limit: a subject stays one line, as Slurm's, for
+# the mail filters and scripts that read it.
+_POLICY = policy.SMTP.clone(max_line_length=998)
 
 
 class Undeliverable(Exception):
@@ -30,7 +35,7 @@ class Undeliverable(Exception):
 
 def send_mail(smtp: SmtpSettings, mail: Mail) -> None:
     """Send `mail` through the relay, a connection of its own; Undeliverable if not."""
-    message = EmailMessage()
+    message = EmailMessage(policy=_POLICY)
     message["From"] = smtp.sender
     message["To"] = mail.to
     message["Subject"] = mail.subject
