@@ -100,3 +100,26 @@ def test_a_dead_webhook_is_given_up_after_its_tries_without_holding_the_cursor(
     submit_with_mail(sessions, users["bob"].id, "true")
     worker.step(stop)
     assert webhook.statuses == [503, 503, 503, 204]  # the next event was not held back
+
+
+def test_an_event_its_channel_cannot_handle_is_given_up_not_a_wall(
+    sessions: sessionmaker[Session], webhook: Webhook
+) -> None:
+    users = init_cluster(sessions)
+    posted: list[int] = []
+
+    def post(url: str, body: dict[str, object], timeout_s: float) -> None:
+        job = body["job"]
+        assert isinstance(job, dict)
+        if job["name"] == "poison":
+            raise RuntimeError("a bug about this one event")
+        posted.append(int(job["id"]))
+
+    channel = WebhookChannel(webhook.url, 5.0, Retries(tries=2, backoff_s=0.01), post=post)
+    worker = ChannelWorker(channel, sessions, poll_s=0.01)
+    stop = threading.Event()
+    worker.step(stop)
+    submit_with_mail(sessions, users["alice"].id, "true", name="poison")
+    fine = submit_with_mail(sessions, users["bob"].id, "true", name="fine")
+    worker.step(stop)
+    assert posted == [fine]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare.notify.delivery import Outcome
@@ -69,7 +70,13 @@ class ChannelWorker:
         ready = self.gaps.ready(self._cursor, [e.event_id for e in events], self.clock())
         passed = self._cursor
         for event in events[:ready]:
-            outcome = self.channel.handle(event, stop)
+            try:
+                outcome = self.channel.handle(event, stop)
+            except SQLAlchemyError:
+                raise  # the database: the whole step again later, this event included
+            except Exception:  # a bug about this one event must not hold back every later one
+                log.exception("notify %s: event %d given up", name, event.event_id)
+                outcome = Outcome(False, 0, error="error")
             if outcome is None:
                 passed = event.event_id  # nothing to send: moved over with the next one
                 continue
