@@ -55,8 +55,8 @@ def event(
     )
 
 
-def record(event_id: int, kind: EventKind, at_s: float) -> JobEventRecord:
-    return JobEventRecord(event_id, 12, T0 + timedelta(seconds=at_s), kind, None, None, {})
+def record(event_id: int, kind: EventKind, at_s: float, **detail: Any) -> JobEventRecord:
+    return JobEventRecord(event_id, 12, T0 + timedelta(seconds=at_s), kind, None, None, detail)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_a_run_never_seen_running_sends_its_begin_with_its_end() -> None:
 def test_subjects_follow_slurms() -> None:
     history = [
         record(1, EventKind.SUBMITTED, 0),
-        record(5, EventKind.DISPATCHED, 60),
+        record(5, EventKind.DISPATCHED, 60, node="node-a", tier="rtx4090", attempt=1),
         record(6, EventKind.STARTED, 62),
     ]
     (began,) = mails_for(event("started", event_id=6, at_s=62), history[:2], "a@b.org")
@@ -108,6 +108,7 @@ def test_subjects_follow_slurms() -> None:
         "JPU-Share Job_id=12 Name=train Failed, Run time 00:00:30, FAILED (time limit)"
     )
     assert "Reason: time limit (30 s)" in failed.body
+    assert "Node: node-a (rtx4090)" in failed.body and "of alice (lab NLP)" in failed.body
 
 
 def test_a_requeued_attempt_queues_again_from_its_requeue() -> None:

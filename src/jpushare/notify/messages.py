@@ -88,28 +88,35 @@ def one_line(text: str) -> str:
     return "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in text).strip()
 
 
-def _attempt_times(
-    event: NotifyEvent, history: Sequence[JobEventRecord]
-) -> tuple[datetime, datetime | None]:
-    """(when the attempt's wait began, when its run began) for the attempt the event
-    belongs to: the wait from the submission or the last requeue before it; the run from
-    its `started` event (else its `dispatched` one; None before either)."""
-    queued = event.submitted_at
-    started: datetime | None = None
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    queued: datetime  # when its wait began: the submission, or the requeue before it
+    started: datetime | None  # its `started` event, else its `dispatched` one
+    where: str | None  # "node-a (rtx4090)", from its `dispatched` event
+
+
+def _attempt(event: NotifyEvent, history: Sequence[JobEventRecord]) -> _Attempt:
+    """The attempt the event belongs to, from the job's events before it."""
+    queued, started, where = event.submitted_at, None, None
     for e in history:
         if e.id >= event.event_id:
             break
         kind = e.kind.value
         if kind in _REQUEUES:
-            queued, started = e.at, None
+            queued, started, where = e.at, None, None
         elif kind in ("dispatched", "started"):
             started = e.at
-    return queued, started
+        if kind == "dispatched":
+            node, tier = (e.detail or {}).get("node"), (e.detail or {}).get("tier")
+            if isinstance(node, str):
+                where = one_line(node) + (f" ({one_line(tier)})" if isinstance(tier, str) else "")
+    return _Attempt(queued, started, where)
 
 
 def mails_for(event: NotifyEvent, history: Sequence[JobEventRecord], address: str) -> list[Mail]:
     """The mails this event sends to `address` (see the module docstring)."""
-    queued, started = _attempt_times(event, history)
+    attempt = _attempt(event, history)
+    queued, started = attempt.queued, attempt.started
     name = one_line(event.job_name)
     head = f"{SUBJECT_PREFIX} Job_id={event.job_id} Name={name}"
     detail = event.detail
@@ -132,21 +139,19 @@ def mails_for(event: NotifyEvent, history: Sequence[JobEventRecord], address: st
             subject = f"{head} {word}, Run time {duration(run_s)}, {state}"
             if isinstance(exit_code, int) and not isinstance(exit_code, bool):
                 subject += f", ExitCode {exit_code}"
-        out.append(Mail(address, subject, _body(event, state, reason), kind))
+        out.append(Mail(address, subject, _body(event, state, reason, attempt.where), kind))
     return out
 
 
-def _body(event: NotifyEvent, state: str, reason: str | None) -> str:
+def _body(event: NotifyEvent, state: str, reason: str | None, where: str | None) -> str:
     lines = [
         f"Job {event.job_id} ({one_line(event.job_name)}) of {event.user} (lab {event.lab}): "
         f"{state}",
         f"Submitted: {event.submitted_at.isoformat()}",
         f"This event: {event.kind} at {event.at.isoformat()}",
     ]
-    node, tier = event.detail.get("node"), event.detail.get("tier")
-    if isinstance(node, str):
-        on = f" ({one_line(tier)})" if isinstance(tier, str) else ""
-        lines.append(f"Node: {one_line(node)}{on}")
+    if where is not None:
+        lines.append(f"Node: {where}")
     if reason:
         lines.append(f"Reason: {one_line(reason)}")
     lines.append(f"`jpushare show {event.job_id}` shows its attempts, times and costs.")
