@@ -44,6 +44,10 @@ Names (labels in braces):
     jpushare_database_up                                   gauge, 0 when the figures could
                                                            not be read (the rest are absent)
     jpushare_dispatch_cycle_seconds                        histogram, from the hook
+    jpushare_notifications_total{channel,outcome}          counter, in-process (the notifier's
+                                                           hook): channel mail | webhook;
+                                                           outcome sent | failed_try |
+                                                           given_up | no_address
 
 The dispatcher's health, also from the database (`store.health`, written by the
 dispatching process each cycle, and the lease row), so API worker processes and standby
@@ -91,7 +95,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -393,12 +397,23 @@ class ServiceMetrics:
             buckets=DISPATCH_CYCLE_BUCKETS_S,
             registry=self.registry,
         )
+        self.notifications = Counter(
+            "jpushare_notifications",
+            "notifications by channel (mail, webhook) and outcome (sent, failed_try: one try "
+            "failed, given_up: not delivered, no_address: mail without an address)",
+            ["channel", "outcome"],
+            registry=self.registry,
+        )
         self._figures: FiguresCollector | None = None
         self._backfill: BackfillCollector | None = None
 
     def observe_dispatch_cycle(self, seconds: float) -> None:
         """Record one dispatcher cycle's duration (the dispatcher's hook)."""
         self.dispatch_cycle_seconds.observe(max(0.0, seconds))
+
+    def count_notification(self, channel: str, outcome: str) -> None:
+        """One notification's outcome (the notifier's hook, `notify.channels`)."""
+        self.notifications.labels(channel, outcome).inc()
 
     def collect_figures_from(self, read: Callable[[], MetricFigures]) -> None:
         """Export the database figures, read by `read` on each scrape (once per registry)."""

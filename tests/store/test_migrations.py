@@ -27,6 +27,8 @@ TABLES = {
     "jobs",
     "job_events",
     "lab_events",
+    "job_mail",
+    "notify_cursors",
 }
 
 SPEC_7_COLUMNS = {

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from jpushare import run_settings as job_run
+from jpushare.mail_types import MailType, check_mail_address, parse_mail_types
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
 from jpushare.store.records import (
     JobRecord,
@@ -165,6 +166,26 @@ class JobCreate(JobBase, _In):
         description=f"the time limit as sbatch --time writes it, instead of time_limit_s: "
         f"{TIME_LIMIT_FORMS}",
     )
+
+    mail_type: (
+        Annotated[
+            list[Literal["NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL"]], Field(max_length=6)
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="sbatch --mail-type: mail its owner when it starts (BEGIN), ends (END), "
+        "fails (FAIL) or is requeued (REQUEUE); ALL is the four, NONE (the default) none",
+    )
+    mail_user: Annotated[str, AfterValidator(check_mail_address)] | None = Field(
+        default=None,
+        description="sbatch --mail-user: the address; default its owner's Unix account at "
+        "the operator's JPUSHARE_MAIL_DOMAIN",
+    )
+
+    def mail_types(self) -> frozenset[MailType]:
+        """The mail types asked for (none by default)."""
+        return parse_mail_types(",".join(self.mail_type or ["NONE"]))[0]
 
     @model_validator(mode="after")
     def _one_time_limit(self) -> JobCreate:

@@ -217,6 +217,8 @@ class Client:
         error_path: str | None = None,
         cpus_per_gpu: int | None = None,
         mem_per_gpu_mb: int | None = None,
+        mail_type: list[str] | None = None,
+        mail_user: str | None = None,
     ) -> JSON:
         body: JSON = {"name": name, "command": command, "num_gpus": num_gpus}
         optional = {
@@ -228,6 +230,8 @@ class Client:
             "error_path": error_path,
             "cpus_per_gpu": cpus_per_gpu,
             "mem_per_gpu_mb": mem_per_gpu_mb,
+            "mail_type": mail_type,
+            "mail_user": mail_user,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         result: JSON = self._call("POST", "/v1/jobs", json=body)

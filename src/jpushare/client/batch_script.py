@@ -44,8 +44,6 @@ IGNORED: dict[str, str] = {
     "-A": "the lab is your account's (fair share is per lab)",
     "--qos": "there is one queue, in fair-share order",
     "-q": "there is one queue, in fair-share order",
-    "--mail-type": "mail is not supported yet",
-    "--mail-user": "mail is not supported yet",
     "--mem": "memory is asked per GPU here: --mem-per-gpu",
     "--cpus-per-task": "CPUs are asked per GPU here: --cpus-per-gpu",
     "-c": "CPUs are asked per GPU here: --cpus-per-gpu",

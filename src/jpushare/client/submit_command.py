@@ -23,6 +23,7 @@ from jpushare.client.batch_script import BatchScriptError, read_directives, scri
 from jpushare.client.exit_codes import EXIT_CODES_HELP
 from jpushare.client.formatting import state_label
 from jpushare.client.sbatch_options import GpuRequestError, gpu_request, partition_min_tier
+from jpushare.mail_types import MailType, check_mail_address, parse_mail_types
 from jpushare.run_settings import ENV_NAME
 
 if TYPE_CHECKING:
@@ -104,6 +105,13 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mem-per-gpu", type=arguments.mem, metavar="SIZE", help="e.g. 16G (default: the tier's)"
     )
+    p.add_argument(
+        "--mail-type",
+        metavar="TYPE[,TYPE…]",
+        help="mail me when it starts (BEGIN), ends (END), fails (FAIL), is requeued (REQUEUE); "
+        "ALL, NONE",
+    )
+    p.add_argument("--mail-user", type=mail_address, metavar="ADDR", help="default: the site's")
     p.add_argument("--wrap", metavar="CMD", help="the job's command, as sbatch --wrap")
     p.add_argument(
         "--wait",
@@ -216,6 +224,7 @@ def submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         num_gpus, min_tier = _gpus_and_tier(api, args)
     except (BatchScriptError, GpuRequestError) as exc:
         raise UsageError(str(exc)) from None
+    mail_type = _mail_types(args.mail_type)
     job = api.submit(
         args.name or script_name or "",
         command,
@@ -228,6 +237,8 @@ def submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         error_path=args.error,
         cpus_per_gpu=args.cpus_per_gpu,
         mem_per_gpu_mb=args.mem_per_gpu,
+        mail_type=mail_type,
+        mail_user=args.mail_user,
     )
     if not args.json:
         tier = f", tier >= {job['min_tier']}" if job.get("min_tier") else ""
@@ -245,6 +256,27 @@ def submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
             print(job_commands.wait_line(job), file=out)
         return job_commands.exit_with_jobs(job, [job])
     return job
+
+
+def mail_address(value: str) -> str:
+    """--mail-user's argparse type: one address."""
+    try:
+        return check_mail_address(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _mail_types(text: str | None) -> list[str] | None:
+    """--mail-type as the API's list; sbatch's types JPU-Share does not send: a warning."""
+    if text is None:
+        return None
+    try:
+        types, skipped = parse_mail_types(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for word in skipped:
+        print(f"warning: --mail-type {word} ignored: JPU-Share does not send it", file=sys.stderr)
+    return [t.value for t in MailType if t in types] or ["NONE"]
 
 
 def export_environment(spec: str, env: Mapping[str, str]) -> dict[str, str]:

@@ -3,7 +3,9 @@
 Order of start: settings → migrations (`store.migrate.upgrade`) → sessions → (demo data)
 → the single-account rule (`account_rule`: a service that is not root serves one Unix
 account only) → executor → LLM router client → the dispatcher loop on a thread (it acts
-only while it holds the dispatcher lease, see `dispatcher.lock`) → the API under uvicorn on the main
+only while it holds the dispatcher lease, see `dispatcher.lock`) → the notifier's threads
+(mail and webhook, `jpushare.notify`, where `JPUSHARE_SMTP_HOST` or `JPUSHARE_NOTIFY_URL`
+is set; with the dispatcher, sending while it leads) → the API under uvicorn on the main
 thread. SIGINT / SIGTERM stop uvicorn (which finishes its requests), then the dispatcher
 (which finishes its cycle and releases its lease); jobs keep running, and the next
 service start finds them again (the executor keeps their state outside the process).
@@ -35,7 +37,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -56,6 +58,11 @@ from jpushare.store.cluster_setup import declared_inventory, inventory_is_empty,
 from jpushare.store.engine import is_sqlite
 from jpushare.store.observations import load_observed_busy
 from jpushare.vocabulary import store_job_id
+
+if TYPE_CHECKING:
+    from jpushare.dispatcher.lock import Fence
+    from jpushare.metrics import ServiceMetrics
+    from jpushare.notify import NotifySettings
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +242,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 loaded = load_cluster_spec(session, cluster, store.utc_now())
                 log.info("empty inventory: loaded %s (%s)", cluster.source, loaded)
 
+    notify_settings = _notify_settings(options)  # before anything starts: a bad one stops it
     only_account = check_service_account(sessions, settings.executor)
     executor = build_executor(settings, sessions, cluster)
     router = router_for(settings.router_url)
@@ -308,6 +316,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
         )
         thread.start()
     keeper_thread = _maybe_keeper(settings, executor, sessions, stop, options)
+    notify_threads = _start_notifier(notify_settings, dispatcher_sessions, stop, lock, metrics)
     try:
         if options.api and options.workers > 1:
             from jpushare.service.api_workers import run_api_workers
@@ -367,6 +376,8 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             thread.join(timeout=settings.cycle_s + 60)
         if keeper_thread is not None:  # it stops its servers: at most their grace
             keeper_thread.join(timeout=120)
+        for notify_thread in notify_threads:  # a send in flight: its timeout (daemon threads)
+            notify_thread.join(timeout=5)
         router.close()
         close = getattr(lock, "close", None)
         if close is not None:
@@ -398,6 +409,33 @@ def _maybe_keeper(
     keeper = keeper_for(settings, backfill, executor, sessions)
     log.info("backfill keeper: %d groups: %s", len(keeper.groups), backfill.command)
     return start_keeper_thread(keeper, backfill.interval_s, stop)
+
+
+def _notify_settings(options: ServeOptions) -> NotifySettings | None:
+    """The notifier's settings (None without the dispatcher, whose process sends)."""
+    if not options.dispatcher:
+        return None
+    from jpushare.notify import load_notify_settings
+
+    return load_notify_settings()
+
+
+def _start_notifier(
+    notify_settings: NotifySettings | None,
+    sessions: sessionmaker[Session],
+    stop: threading.Event,
+    lock: Fence,
+    metrics: ServiceMetrics,
+) -> list[threading.Thread]:
+    """The mail and webhook threads where they are set; they send only while this process
+    leads (a standby replica's stay quiet), on the dispatcher's own database pool."""
+    if notify_settings is None or not notify_settings.enabled:
+        return []
+    from jpushare.notify import start_notifier
+
+    return start_notifier(
+        notify_settings, sessions, stop, may_act=lock.may_act, count=metrics.count_notification
+    )
 
 
 def _safe_url(url: str) -> str:

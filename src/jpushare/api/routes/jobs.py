@@ -40,6 +40,7 @@ from jpushare.executors.output_files import (
     read_tail,
 )
 from jpushare.store.inventory import tier_names_by_sort_order
+from jpushare.store.notifications import set_job_mail
 from jpushare.store.records import JobRecord, UserRecord
 from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account
 from jpushare.vocabulary import JobState
@@ -119,6 +120,8 @@ def _submit(
         max_active_jobs=quotas.max_active_jobs,
         max_job_bytes=quotas.max_job_bytes,
     )
+    if body.mail_type:  # sbatch --mail-type / --mail-user, for the notifier
+        set_job_mail(session, done.job.id, body.mail_types(), body.mail_user)
     content = job_public(done.job, done.tier_names_by_sort_order).model_dump_json()
     session.commit()  # before the response goes out, as for every other route
     return content.encode()

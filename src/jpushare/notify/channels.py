@@ -1,0 +1,103 @@
+"""The mail channel (the job's owner, as sbatch's --mail-type asks) and the webhook
+channel (the operator, every event), as `worker.Channel`s.
+
+`count(channel, outcome)` is the metrics hook: outcome `sent`, `failed_try` (one try
+failed; another may follow), `given_up` (not delivered, after every try or a permanent
+refusal) or `no_address` (mail asked for, no --mail-user and no JPUSHARE_MAIL_DOMAIN).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from jpushare.notify.delivery import Outcome, deliver
+from jpushare.notify.messages import Mail, address_of, mail_types_of, mails_for, webhook_body
+from jpushare.notify.senders import post_json, send_mail
+from jpushare.notify.settings import Retries, SmtpSettings
+from jpushare.store.jobs import job_history
+from jpushare.store.notifications import NotifyEvent
+
+log = logging.getLogger(__name__)
+
+Count = Callable[[str, str], None]
+
+
+def _no_count(channel: str, outcome: str) -> None:
+    return None
+
+
+class MailChannel:
+    name = "mail"
+
+    def __init__(
+        self,
+        smtp: SmtpSettings,
+        sessions: sessionmaker[Session],
+        retries: Retries,
+        count: Count = _no_count,
+        send: Callable[[SmtpSettings, Mail], None] = send_mail,
+    ) -> None:
+        self.smtp, self.sessions, self.retries = smtp, sessions, retries
+        self.count, self.send = count, send
+
+    def handle(self, event: NotifyEvent, stop: threading.Event) -> Outcome | None:
+        if not mail_types_of(event):
+            return None
+        address = address_of(event, self.smtp.domain)
+        if address is None:
+            log.warning(
+                "job %d asked for mail without --mail-user and JPUSHARE_MAIL_DOMAIN is not "
+                "set: event %d (%s) not mailed",
+                event.job_id,
+                event.event_id,
+                event.kind,
+            )
+            self.count(self.name, "no_address")
+            return Outcome(False, 0, error="no address")
+        with self.sessions() as session:
+            history = job_history(session, event.job_id)
+        outcome = Outcome(True, 0)
+        for mail in mails_for(event, history, address):
+            outcome = deliver(
+                lambda mail=mail: self.send(self.smtp, mail),  # type: ignore[misc]
+                self.retries,
+                stop.wait,
+                f"mail {mail.mail_type.value} of job {event.job_id} to {address}",
+                lambda: self.count(self.name, "failed_try"),
+            )
+            if outcome.stopped:
+                return outcome
+            self.count(self.name, "sent" if outcome.delivered else "given_up")
+        return outcome
+
+
+class WebhookChannel:
+    name = "webhook"
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        retries: Retries,
+        count: Count = _no_count,
+        post: Callable[[str, dict[str, object], float], None] = post_json,
+    ) -> None:
+        self.url, self.timeout_s, self.retries = url, timeout_s, retries
+        self.count, self.post = count, post
+
+    def handle(self, event: NotifyEvent, stop: threading.Event) -> Outcome | None:
+        body = webhook_body(event)
+        outcome = deliver(
+            lambda: self.post(self.url, body, self.timeout_s),
+            self.retries,
+            stop.wait,
+            f"event {event.event_id} ({event.kind} of job {event.job_id}) to the webhook",
+            lambda: self.count(self.name, "failed_try"),
+        )
+        if not outcome.stopped:
+            self.count(self.name, "sent" if outcome.delivered else "given_up")
+        return outcome
