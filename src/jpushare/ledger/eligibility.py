@@ -193,4 +193,3 @@ def verdict(
     if array_limit is not None and array_active is not None and array_active >= array_limit:
         return Verdict(Waiting.ARRAY_LIMIT, f"array limit: {array_active} of {array_limit} running")
     return Verdict(None)
-
