@@ -8,9 +8,13 @@ import pytest
 
 from jpushare import store
 from jpushare.policy import decide
+from jpushare.run_settings import JobRun
+
+
+def store_run(**fields: object) -> JobRun:
+    return JobRun(workdir="/tmp", **fields)  # type: ignore[arg-type]
 from tests.store.conftest import ALL_BUSY, World, at
 
-FREE_3080TI = {**ALL_BUSY, ("node-a", "rtx3080ti"): 0}
 
 
 def _submit(
@@ -219,3 +223,36 @@ def test_a_dependency_on_an_array_names_every_task_or_one(world: World) -> None:
     assert one.dependency == f"afterok:{tasks[1].id}"
     with pytest.raises(store.InvalidRequest, match="no job"):
         _submit(world, dependency=f"afterok:{tasks[0].id}_7")
+
+
+def test_array_tasks_get_slurms_variables_and_their_output_names(world: World) -> None:
+    with world.sessions.begin() as s:
+        done = store.submit(
+            s,
+            user_id=world.alice.id,
+            name="sweep",
+            command="python sweep.py",
+            num_gpus=1,
+            now=at(0),
+            run=store_run(output_path="out_%A_%a.txt", environment={"LR": "0.1"}),
+            eligibility=store.Eligibility(array_tasks=(4, 9)),
+        )
+    first, second = done.tasks
+    array = first.id
+    assert second.environment == {
+        "LR": "0.1",
+        **{
+            f"{p}_{k}": v
+            for p in ("SLURM", "JPUSHARE")
+            for k, v in {
+                "ARRAY_JOB_ID": str(array),
+                "ARRAY_TASK_ID": "9",
+                "ARRAY_TASK_COUNT": "2",
+                "ARRAY_TASK_MIN": "4",
+                "ARRAY_TASK_MAX": "9",
+            }.items()
+        },
+    }
+    assert first.environment is not None and first.environment["SLURM_ARRAY_TASK_ID"] == "4"
+    assert (first.output_path, second.output_path) == (f"out_{array}_4.txt", f"out_{array}_9.txt")
+    assert [t.waiting for t in done.tasks] == [None, None]

@@ -41,6 +41,7 @@ from jpushare.ledger.eligibility import (
     Waiting,
     parse_dependency,
 )
+from jpushare.ledger.job_arrays import DEFAULT_ARRAY_OUTPUT, task_environment, task_pattern
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
 from jpushare.policy.model import Placement, Tier
 from jpushare.run_settings import JobRun, checked
@@ -402,6 +403,7 @@ _NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
         "held",
         "dependency",
         "kill_on_invalid_dep",
+        "array_job_id",
         "array_task_id",
         "array_limit",
     )
@@ -565,10 +567,12 @@ def submit(
     if dependency is not None or elig.array_tasks:
         params["event_detail"] = {**params["event_detail"], "dependency": dependency}
     rows_out = []
+    array_id: int | None = None
     for index, task in enumerate(tasks):
-        waiting = _initial_waiting(elig, dependency, index)
-        task_params = {**params, "array_task_id": task, "waiting": waiting}
-        if task is not None:
+        task_params = {**params, "array_task_id": task, "array_job_id": array_id}
+        task_params["waiting"] = _initial_waiting(elig, dependency, index)
+        if task is not None and array_id is not None:
+            task_params |= _task_run(run, array_id, task, elig.array_tasks or ())
             task_params["event_detail"] = {**params["event_detail"], "array_task_id": task}
         if connection.dialect.name == "postgresql":
             row = connection.execute(_INSERT_JOB_AND_EVENT, task_params).one()
@@ -576,9 +580,13 @@ def submit(
             row = connection.execute(_INSERT_JOB, task_params).one()
             connection.execute(_INSERT_EVENT, {**task_params, "job_id": row._mapping["id"]})
         rows_out.append(row)
+        if task is not None and array_id is None:  # the first task: its id names the array
+            array_id = row._mapping["id"]
+            first = _task_run(run, array_id, task, elig.array_tasks or ())
+            connection.execute(
+                update(Job).where(Job.id == array_id).values(array_job_id=array_id, **first)
+            )
     ids = [row._mapping["id"] for row in rows_out]
-    if elig.array_tasks:
-        connection.execute(update(Job).where(Job.id.in_(ids)).values(array_job_id=ids[0]))
     judged = [i for i, r in zip(ids, rows_out, strict=True) if r._mapping["waiting"] == _DEP]
     if judged or elig.array_tasks:
         from jpushare.store.lifecycle import cancel_job  # lifecycle imports this module
@@ -602,6 +610,19 @@ def submit(
 
 
 _DEP = Waiting.DEPENDENCY.value
+
+
+def _task_run(run: JobRun, array_id: int, task: int, tasks: tuple[int, ...]) -> dict[str, Any]:
+    """An array task's environment (SLURM_ARRAY_* and JPUSHARE_ARRAY_*) and output names
+    (`%A`, `%a` expanded as sbatch does in an array)."""
+    output = run.output_path if run.output_path is not None else DEFAULT_ARRAY_OUTPUT
+    return {
+        "environment": task_environment(run.environment, array_id, task, tasks),
+        "output_path": task_pattern(output, array_id, task),
+        "error_path": None
+        if run.error_path is None
+        else task_pattern(run.error_path, array_id, task),
+    }
 
 
 def _initial_waiting(elig: Eligibility, dependency: str | None, index: int) -> str | None:
