@@ -9,12 +9,12 @@ import pytest
 from jpushare import store
 from jpushare.policy import decide
 from jpushare.run_settings import JobRun
+from tests.store.conftest import ALL_BUSY, World, at
 
 
 def store_run(**fields: object) -> JobRun:
+    """How a test job runs: in /tmp, with `fields`."""
     return JobRun(workdir="/tmp", **fields)  # type: ignore[arg-type]
-from tests.store.conftest import ALL_BUSY, World, at
-
 
 
 def _submit(
