@@ -10,14 +10,13 @@ from jpushare.ledger.eligibility import (
     Met,
     Term,
     Verdict,
-    Waiting,
     dependency_status,
     parse_dependency,
     term_status,
     verdict,
 )
 from jpushare.ledger.job_arrays import parse_array, task_pattern, task_variables
-from jpushare.vocabulary import JobState
+from jpushare.vocabulary import JobState, Waiting
 
 Q, R, C, F, X = (
     JobState.GLOBAL_QUEUE_WAIT,

@@ -18,20 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from jpushare.vocabulary import ENDED_STATES, JobState
+from jpushare.vocabulary import ENDED_STATES, JobState, Waiting
 
 KINDS = ("after", "afterok", "afternotok", "afterany")
 _ID = re.compile(r"[1-9][0-9]{0,17}(?:_(?:0|[1-9][0-9]{0,6}))?")
 MAX_DEPENDENCY_JOBS = 1000  # the most job ids one dependency may name, after expansion
-
-
-class Waiting(StrEnum):
-    """Why a queued job is not in the policy's queue (`jobs.waiting`; NULL: it is)."""
-
-    HELD = "HELD"  # `submit --hold` or `jpushare hold`: until `jpushare release`
-    DEPENDENCY = "DEPENDENCY"  # its dependency is not met yet
-    ARRAY_LIMIT = "ARRAY_LIMIT"  # K tasks of its array are active (`--array …%K`)
-    DEPENDENCY_NEVER_SATISFIED = "DEPENDENCY_NEVER_SATISFIED"  # can never be met (Slurm's)
 
 
 class Met(StrEnum):

@@ -38,7 +38,6 @@ from jpushare.ledger.eligibility import (
     MAX_DEPENDENCY_JOBS,
     Dependency,
     Term,
-    Waiting,
     parse_dependency,
 )
 from jpushare.ledger.job_arrays import DEFAULT_ARRAY_OUTPUT, task_environment, task_pattern
@@ -61,6 +60,7 @@ from jpushare.store.schema import (
     Node,
     User,
 )
+from jpushare.vocabulary import Waiting
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")

@@ -47,7 +47,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from jpushare.ledger.eligibility import Waiting
 from jpushare.ledger.states import EventKind as EventKind  # the ledger's, where it lives
 from jpushare.store.times import UtcDateTime
 
@@ -55,7 +54,7 @@ from jpushare.store.times import UtcDateTime
 from jpushare.vocabulary import ACTIVE_STATES as ACTIVE_STATES
 from jpushare.vocabulary import ENDED_STATES as ENDED_STATES
 from jpushare.vocabulary import JobState as JobState
-from jpushare.vocabulary import NodeState
+from jpushare.vocabulary import NodeState, Waiting
 
 # Integer primary keys that autoincrement on both backends (SQLite needs INTEGER exactly).
 BigIntPk = BigInteger().with_variant(Integer(), "sqlite")

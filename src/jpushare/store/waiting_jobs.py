@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from jpushare.ledger.eligibility import Met, Verdict, Waiting, parse_dependency, verdict
+from jpushare.ledger.eligibility import Met, Verdict, parse_dependency, verdict
 from jpushare.ledger.eligibility import dependency_status as _dependency_status
 from jpushare.store.errors import InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.jobs import get_job
@@ -36,7 +36,7 @@ from jpushare.store.transitions import (
     tier_name,
     tier_tflops,
 )
-from jpushare.vocabulary import ReleaseReason
+from jpushare.vocabulary import ReleaseReason, Waiting
 
 _Q = JobState.GLOBAL_QUEUE_WAIT.value
 _IN_FLIGHT = [_Q, *(s.value for s in ACTIVE_STATES)]
