@@ -652,6 +652,7 @@ class JobFilter:
     # before `until`, and still active or ended at or after `since`.
     since: datetime | None = None
     until: datetime | None = None
+    array_job_id: int | None = None  # the tasks of one array
 
 
 def list_jobs(
@@ -676,6 +677,8 @@ def list_jobs(
         stmt = stmt.where(Job.submitted_at < f.until)
     if f.since is not None:
         stmt = stmt.where(or_(Job.ended_at.is_(None), Job.ended_at >= f.since))
+    if f.array_job_id is not None:
+        stmt = stmt.where(Job.array_job_id == f.array_job_id)
     return [_record(row) for row in session.execute(stmt)]
 
 
