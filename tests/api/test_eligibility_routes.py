@@ -4,8 +4,10 @@ update (PATCH), why, and the permission and error paths (4xx with a code, never 
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import update
 
 from jpushare import store
+from jpushare.store.schema import Job
 from tests.api.conftest import ApiWorld, job_body
 from tests.api.test_errors import error
 
@@ -19,9 +21,7 @@ def _refresh(api: ApiWorld) -> None:
 def _end(api: ApiWorld, job_id: int, state: store.JobState) -> None:
     with api.sessions.begin() as s:
         s.execute(
-            store.schema.Job.__table__.update()
-            .where(store.schema.Job.id == job_id)
-            .values(state=state.value, ended_at=api.clock())
+            update(Job).where(Job.id == job_id).values(state=state.value, ended_at=api.clock())
         )
 
 
@@ -98,7 +98,7 @@ def test_update_name_and_time_limit_while_queued(api: ApiWorld) -> None:
 def test_bad_dependency_or_array_is_a_422_and_nothing_stored(
     api: ApiWorld, fields: dict[str, str], words: str
 ) -> None:
-    r = api.post("/v1/jobs", json=job_body(**fields))
+    r = api.post("/v1/jobs", json={**job_body(), **fields})
     assert words in error(r, 422, "VALIDATION_ERROR")["message"]
     assert api.get("/v1/jobs").json()["count"] == 0
 

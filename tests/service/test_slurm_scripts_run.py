@@ -56,6 +56,12 @@ def show(capsys: pytest.CaptureFixture[str], job: object) -> dict[str, object]:
     return answer
 
 
+def _attempts(answer: dict[str, object]) -> list[dict[str, object]]:
+    attempts = answer["attempts"]
+    assert isinstance(attempts, list)
+    return attempts
+
+
 def _time(value: object) -> datetime:
     assert isinstance(value, str)
     return datetime.fromisoformat(value)
@@ -79,7 +85,7 @@ def test_an_array_script_runs_every_task_at_most_k_at_once(
         answer = show(capsys, f"{array}_{task}")
         job = answer["job"]
         assert isinstance(job, dict) and job["id"] == job_id
-        (attempt,) = answer["attempts"]  # type: ignore[misc]
+        (attempt,) = _attempts(answer)
         runs.append((_time(attempt["dispatched_at"]), _time(attempt["ended_at"])))
     for start, _ in runs:  # %2: when each task left the queue, fewer than 2 others ran
         assert sum(1 for s, e in runs if s < start < e) < 2
@@ -99,8 +105,8 @@ def test_a_pipeline_of_dependencies_runs_as_sbatch_would(
     assert code == 120  # cancelled: its afternotok can never be met
     job = show(capsys, alert["id"])["job"]
     assert isinstance(job, dict) and "dependency can never be met" in str(job["reason"])
-    (pre_run,) = show(capsys, pre)["attempts"]  # type: ignore[misc]
-    (train_run,) = show(capsys, train["id"])["attempts"]  # type: ignore[misc]
+    (pre_run,) = _attempts(show(capsys, pre))
+    (train_run,) = _attempts(show(capsys, train["id"]))
     assert _time(train_run["dispatched_at"]) >= _time(pre_run["ended_at"])
 
 
@@ -111,6 +117,9 @@ def test_a_held_script_waits_for_release_and_update_changes_it(
     assert held["waiting"] == "HELD"
     code, out, _ = jpushare(capsys, "why", str(held["id"]))
     assert code == 0 and "HELD" in out and f"jpushare release {held['id']}" in out
+    code, out, _ = jpushare(capsys, "squeue", "--me")
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [str(held["id"])]]
+    assert row[-3:] == ["0:00", "1", "(HELD)"] and row[-4] == "PD"
     code, out, err = jpushare(capsys, "update", str(held["id"]), "-t", "10", "-J", "later2")
     assert code == 0, err
     job = show(capsys, held["id"])["job"]
@@ -129,7 +138,7 @@ def test_singleton_scripts_run_one_after_the_other(
     second = submitted(capsys, str(SCRIPTS / "nightly.sh"))["id"]
     code, _, err = jpushare(capsys, "wait", str(first), str(second), "--timeout", "120")
     assert code == 0, err
-    (a,) = show(capsys, first)["attempts"]  # type: ignore[misc]
-    (b,) = show(capsys, second)["attempts"]  # type: ignore[misc]
+    (a,) = _attempts(show(capsys, first))
+    (b,) = _attempts(show(capsys, second))
     assert _time(b["dispatched_at"]) >= _time(a["ended_at"])
     assert (here / f"nightly-{second}.out").read_text() == f"nightly nightly {second}\n"

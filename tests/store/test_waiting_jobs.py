@@ -5,10 +5,12 @@ time, in the cycle that finds it eligible."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import update
 
 from jpushare import store
 from jpushare.policy import decide
 from jpushare.run_settings import JobRun
+from jpushare.store.schema import Job
 from tests.store.conftest import ALL_BUSY, World, at
 
 
@@ -54,9 +56,7 @@ def _end(world: World, job_id: int, state: store.JobState, seconds: float) -> No
             store.cancel_job(s, job_id, at(seconds))
         else:
             s.execute(
-                store.schema.Job.__table__.update()
-                .where(store.schema.Job.id == job_id)
-                .values(state=state.value, ended_at=at(seconds))
+                update(Job).where(Job.id == job_id).values(state=state.value, ended_at=at(seconds))
             )
 
 
@@ -223,6 +223,8 @@ def test_a_dependency_on_an_array_names_every_task_or_one(world: World) -> None:
     assert one.dependency == f"afterok:{tasks[1].id}"
     with pytest.raises(store.InvalidRequest, match="no job"):
         _submit(world, dependency=f"afterok:{tasks[0].id}_7")
+    mixed = _submit(world, dependency=f"afterok:{tasks[0].id}_0:{one.id},afterany:{every.id}")
+    assert mixed.job.dependency == f"afterok:{tasks[0].id}:{one.id},afterany:{every.id}"
 
 
 def test_array_tasks_get_slurms_variables_and_their_output_names(world: World) -> None:

@@ -247,8 +247,10 @@ class Client:
         name: str | None = None,
         since: str | None = None,
         until: str | None = None,
+        waiting: bool | None = None,
     ) -> JSON:
         params: dict[str, Any] = {
+            "waiting": None if waiting is None else str(waiting).lower(),
             "state": list(states) or None,
             "lab": lab,
             "mine": "true" if mine else None,

@@ -241,14 +241,14 @@ def resolve_dependency(session: Session, text: str) -> str:
     heads = {int(i.split("_")[0]) for i in typed}
     tasks: dict[int, dict[int, int]] = defaultdict(dict)  # array id -> task -> job id
     found: set[int] = set()
-    for jid, head, task in session.execute(
+    for jid, array, task in session.execute(
         select(Job.id, Job.array_job_id, Job.array_task_id).where(
             or_(Job.id.in_(plain), Job.array_job_id.in_(heads))
         )
     ):
         found.add(jid)
-        if head is not None and head in heads:
-            tasks[head][task] = jid
+        if array is not None and array in heads and task is not None:
+            tasks[array][task] = jid
     terms = []
     for term in dep.terms:
         ids: list[int] = []
@@ -256,10 +256,10 @@ def resolve_dependency(session: Session, text: str) -> str:
             head_text, _, task_text = i.partition("_")
             head = int(head_text)
             if task_text:
-                found = tasks.get(head, {}).get(int(task_text))
-                if found is None:
+                task_job = tasks.get(head, {}).get(int(task_text))
+                if task_job is None:
                     raise InvalidRequest(f"dependency: there is no job {i}")
-                ids.append(found)
+                ids.append(task_job)
             elif head in tasks:
                 ids.extend(tasks[head][t] for t in sorted(tasks[head]))
             elif head in found:
@@ -653,6 +653,7 @@ class JobFilter:
     since: datetime | None = None
     until: datetime | None = None
     array_job_id: int | None = None  # the tasks of one array
+    waiting: bool | None = None  # True: only the held and waiting (queued, not in the queue)
 
 
 def list_jobs(
@@ -679,6 +680,8 @@ def list_jobs(
         stmt = stmt.where(or_(Job.ended_at.is_(None), Job.ended_at >= f.since))
     if f.array_job_id is not None:
         stmt = stmt.where(Job.array_job_id == f.array_job_id)
+    if f.waiting is not None:
+        stmt = stmt.where(Job.waiting.is_not(None) if f.waiting else Job.waiting.is_(None))
     return [_record(row) for row in session.execute(stmt)]
 
 

@@ -148,6 +148,10 @@ def list_jobs(
     array: Annotated[
         int | None, Query(ge=1, le=INT64_MAX, description="the tasks of this array only")
     ] = None,
+    waiting: Annotated[
+        bool | None,
+        Query(description="true: only queued jobs held or waiting outside the queue; false: none"),
+    ] = None,
 ) -> JobsPublic:
     """Jobs, newest first; every filter narrows. Page with `before_id`. Other users' jobs
     come without their private fields (null, named in `hidden`), as `squeue` shows them.
@@ -167,6 +171,7 @@ def list_jobs(
             since=parse_when(since, now, "since") if since is not None else None,
             until=parse_when(until, now, "until") if until is not None else None,
             array_job_id=array,
+            waiting=waiting,
         ),
         shown=managed_by(user),  # only the private columns this viewer is shown
     )
