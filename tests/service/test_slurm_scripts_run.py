@@ -120,6 +120,8 @@ def test_a_held_script_waits_for_release_and_update_changes_it(
     code, out, _ = jpushare(capsys, "squeue", "--me")
     (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [str(held["id"])]]
     assert row[-3:] == ["0:00", "1", "(HELD)"] and row[-4] == "PD"
+    code, out, _ = jpushare(capsys, "jobs", "--mine", "-s", "PD")
+    assert f"{held['id']} " in out and "QUEUED (HELD)" in out
     code, out, err = jpushare(capsys, "update", str(held["id"]), "-t", "10", "-J", "later2")
     assert code == 0, err
     job = show(capsys, held["id"])["job"]

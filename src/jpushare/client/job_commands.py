@@ -118,7 +118,8 @@ def jobs_table(jobs: Sequence[JSON], out: TextIO, now: datetime) -> None:
             j["lab"],
             j["num_gpus"],
             j.get("min_tier"),
-            state_label(j["state"], j.get("reason")),
+            state_label(j["state"], j.get("reason"))
+            + (f" ({j['waiting']})" if j.get("waiting") else ""),
             _where(j),
             ago(j["submitted_at"], now),
             duration(elapsed_s(j, now)),
