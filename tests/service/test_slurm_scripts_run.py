@@ -76,6 +76,9 @@ def test_an_array_script_runs_every_task_at_most_k_at_once(
     array = head["id"]
     code, _, err = jpushare(capsys, "wait", str(array), "--timeout", "120")  # every task
     assert code == 0, err
+    code, out, _ = jpushare(capsys, "jobs", "-j", str(array))  # sacct -j: every task
+    listed = [line.split()[0] for line in out.splitlines()[1:]]
+    assert code == 0 and listed == [f"{array}_{t}" for t in range(4)]
     lrs = ["0.1", "0.03", "0.01", "0.003"]
     for task in range(4):
         text = (here / f"sweep_{array}_{task}.out").read_text()

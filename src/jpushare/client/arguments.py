@@ -70,6 +70,11 @@ def job_ref(raw: str) -> JobRef:
     return ref
 
 
+def job_refs(raw: str) -> list[JobRef]:
+    """`12,13_2` (sacct -j's list; argparse's type)."""
+    return [job_ref(part) for part in raw.split(",") if part]
+
+
 def gpus(raw: str) -> int:
     try:
         return int(raw)

@@ -116,7 +116,10 @@ if TYPE_CHECKING:  # httpx is imported only when a command talks to the API (sta
 
 def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
     limit = args.limit if args.limit is not None else (None if args.format == "csv" else 50)
-    jobs = list(job_commands.all_jobs(api, args, limit))
+    if args.jobs:  # -j: these jobs (an array's ID: every task), as sacct -j
+        jobs = [api.job(i) for i in dict.fromkeys(args.jobs)]
+    else:
+        jobs = list(job_commands.all_jobs(api, args, limit))
     if args.json:
         return {"data": jobs, "count": len(jobs)}
     if args.format == "csv":
@@ -331,6 +334,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--state", "-s", type=arguments.state, action="append", metavar="S",
                    help=_STATE_HELP)  # fmt: skip
     p.add_argument("--lab", metavar="L")
+    p.add_argument("--jobs", "-j", type=arguments.job_refs, action="extend", metavar="ID[,ID…]",
+                   help="only these (ID: an array's every task; ID_TASK), as sacct -j")  # fmt: skip
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
     p.add_argument("--user", "-u", metavar="U", help="only this user's jobs")
     p.add_argument("--name", "-n", metavar="NAME", help="only jobs of this name")
