@@ -20,7 +20,7 @@ runs it, unless `--no-lease`; `--profile FILE` writes cProfile statistics of the
 cycles (read them with `python -m pstats FILE`).
 
 Run: `.venv/bin/python bench/bench_dispatcher.py [--jobs N] [--repeat K] [--sqlite]
-[--no-lease] [--profile FILE]`; the
+[--no-lease] [--profile FILE] [--waiting N]`; the
 database is a fresh schema in `JPUSHARE_TEST_POSTGRES_URL` (default
 postgresql+psycopg://postgres@127.0.0.1:5432/test), dropped at the end, or with `--sqlite`
 a temporary SQLite file. Prints milliseconds; asserts nothing.
@@ -115,6 +115,20 @@ def reset(sessions: sessionmaker[Session]) -> None:
         )
 
 
+def hold_and_chain(sessions: sessionmaker[Session], n: int) -> None:
+    """The first `n` jobs held, the next `n` each waiting for one of them (afterok)."""
+    with sessions.begin() as s:
+        ids = list(s.scalars(sa.select(Job.id).order_by(Job.id).limit(2 * n)))
+        s.execute(sa.update(Job).where(Job.id.in_(ids[:n])).values(held=True, waiting="HELD"))
+        s.execute(
+            sa.update(Job),
+            [
+                {"id": jid, "waiting": "DEPENDENCY", "dependency": f"afterok:{held}"}
+                for held, jid in zip(ids[:n], ids[n:], strict=True)
+            ],
+        )
+
+
 def row(report: CycleReport) -> dict[str, float]:
     p = report.phases_s
     return {
@@ -157,6 +171,14 @@ def main() -> None:
         help="no dispatcher lease (by default every transaction is fenced, as `serve` runs)",
     )
     ap.add_argument("--profile", metavar="FILE", help="cProfile the measured cycles into FILE")
+    ap.add_argument(
+        "--waiting",
+        type=int,
+        default=0,
+        metavar="N",
+        help="of the queued jobs, N held and N more waiting on one of those (afterok): the "
+        "cycle judges the N waiting ones again each time (`store.waiting_jobs`)",
+    )
     args = ap.parse_args()
 
     base = args.url or os.environ.get("JPUSHARE_TEST_POSTGRES_URL") or DEFAULT_URL
@@ -177,6 +199,8 @@ def main() -> None:
         engine = store.make_engine(url)
         sessions = store.make_sessionmaker(engine)
         groups = populate(sessions, args.jobs, args.nodes)
+        if args.waiting:
+            hold_and_chain(sessions, args.waiting)
         with engine.begin() as c:
             c.execute(sa.text("ANALYZE"))
         clock = [T0 + timedelta(days=2)]

@@ -117,12 +117,23 @@ class WhyCode(StrEnum):
     NO_FIT_PLACEMENT = "NO_FIT_PLACEMENT"  # nothing in the inventory can hold it any more
 
 
+class Waiting(StrEnum):
+    """Why a queued job is not in the policy's queue (`jobs.waiting`; NULL: it is), as
+    `ledger.eligibility` decides it."""
+
+    HELD = "HELD"  # `submit --hold` or `jpushare hold`: until `jpushare release`
+    DEPENDENCY = "DEPENDENCY"  # its dependency (or singleton) is not met yet
+    ARRAY_LIMIT = "ARRAY_LIMIT"  # K tasks of its array are in the queue or running (`%K`)
+    DEPENDENCY_NEVER_SATISFIED = "DEPENDENCY_NEVER_SATISFIED"  # can never be met (Slurm's)
+
+
 Starting = Literal["STARTING"]
 STARTING: Starting = "STARTING"  # queued, and the next cycle would dispatch it (not a WhyCode)
 
-AnswerCode = WhyCode | Starting | JobState
+AnswerCode = WhyCode | Waiting | Starting | JobState
 """The code of the service's "why" answer: the policy's code for a queued job as it is
-now, STARTING for one the next cycle would dispatch, and its state for any other job."""
+now, STARTING for one the next cycle would dispatch, its `Waiting` reason for one held or
+waiting outside the queue, and its state for any other job."""
 
 
 __all__ = [
@@ -135,6 +146,7 @@ __all__ = [
     "NodeState",
     "ReleaseReason",
     "Starting",
+    "Waiting",
     "WhyCode",
     "job_id",
     "store_job_id",

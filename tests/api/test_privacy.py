@@ -18,6 +18,9 @@ SQUEUE_FIELDS = {
     "id", "job_id", "name", "user", "lab", "num_gpus", "state", "node", "tier", "rank",
     "submitted_at", "queue_entered_at", "dispatched_at", "started_at", "ended_at",
     "cpus_per_gpu", "mem_per_gpu_mb", "estimated_start", "state_label",
+    # squeue's array ids (%F, %K), dependency (%E) and reason (%r): holds and dependencies
+    "display_id", "array_job_id", "array_task_id", "array_limit", "array_task_ids",
+    "waiting", "held", "dependency", "kill_on_invalid_dep",
 }  # fmt: skip
 OTHER_PUBLIC_FIELDS = {
     "min_tier", "minimum_tier_sort_order", "attempts", "exit_code", "reason", "time_limit_s",

@@ -17,8 +17,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from jpushare import run_settings as job_run
+from jpushare.ledger.eligibility import parse_dependency
+from jpushare.ledger.job_arrays import parse_array
 from jpushare.mail_types import MailType, check_mail_address, parse_mail_types
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS
+from jpushare.store.jobs import Eligibility
 from jpushare.store.records import (
     JobRecord,
     LabRecord,
@@ -29,7 +32,7 @@ from jpushare.store.records import (
 )
 from jpushare.time_limits import TIME_LIMIT_FORMS, parse_time_limit, state_label
 from jpushare.unix_accounts import ACCOUNT_NAME
-from jpushare.vocabulary import AnswerCode, JobState, NodeState, ReleaseReason
+from jpushare.vocabulary import AnswerCode, JobState, NodeState, ReleaseReason, Waiting
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -139,6 +142,22 @@ class JobBase(BaseModel):
     )
 
 
+DEPENDENCY_FORMS = (
+    "after|afterok|afternotok|afterany:JOB[:JOB…], joined by ',' (all) or '?' (any), or "
+    "singleton; JOB is an id or ARRAY_TASK"
+)
+
+
+def _dependency(value: str) -> str:
+    parse_dependency(value)  # ValueError -> 422 with its sentence
+    return value
+
+
+def _array(value: str) -> str:
+    parse_array(value)
+    return value
+
+
 class JobCreate(JobBase, _In):
     """A job to queue (SPEC §2). `num_gpus` 1-8 for every role; `min_tier` by name."""
 
@@ -187,11 +206,36 @@ class JobCreate(JobBase, _In):
         """The mail types asked for (none by default)."""
         return parse_mail_types(",".join(self.mail_type or ["NONE"]))[0]
 
+    # Eligibility (sbatch's --hold, --dependency, --kill-on-invalid-dep, --array).
+    hold: bool = Field(default=False, description="queue it held: it waits for a release")
+    dependency: Annotated[str, Field(max_length=10_000), AfterValidator(_dependency)] | None = (
+        Field(default=None, description=f"as sbatch --dependency: {DEPENDENCY_FORMS}")
+    )
+    kill_on_invalid_dep: bool = Field(
+        default=False, description="cancel it when its dependency can never be met"
+    )
+    array: Annotated[str, Field(max_length=1000), AfterValidator(_array)] | None = Field(
+        default=None,
+        description="as sbatch --array: 0-15, 1,3,5-9:2, 0-99%4 (at most 4 at once); one "
+        "job per task, ids ARRAY_TASK",
+    )
+
     @model_validator(mode="after")
     def _one_time_limit(self) -> JobCreate:
         if self.time_limit is not None and self.time_limit_s is not None:
             raise ValueError("give time_limit or time_limit_s, not both")
         return self
+
+    def eligibility(self) -> Eligibility:
+        """Its hold, dependency and array, for the store."""
+        tasks, limit = parse_array(self.array) if self.array is not None else (None, None)
+        return Eligibility(
+            hold=self.hold,
+            dependency=self.dependency,
+            kill_on_invalid_dep=self.kill_on_invalid_dep,
+            array_tasks=tasks,
+            array_limit=limit,
+        )
 
     def limit_s(self) -> float | None:
         """The time limit in seconds, from whichever of the two fields was given."""
@@ -267,6 +311,49 @@ class JobPublic(JobBase):
         "charge is corrected once the executor reports when the run really ended",
     )
     reservation: ReservationPublic | None
+    display_id: str = Field(
+        default="", description="the id people type: ARRAY_TASK for an array's task, else id"
+    )
+    waiting: Waiting | None = Field(
+        default=None,
+        description="queued but not in the policy's queue, and why: HELD, DEPENDENCY, "
+        "ARRAY_LIMIT or DEPENDENCY_NEVER_SATISFIED (null: in the queue, or not queued)",
+    )
+    held: bool = False
+    dependency: str | None = Field(
+        default=None, description="its --dependency, each id the job it names (an array: its tasks)"
+    )
+    kill_on_invalid_dep: bool = False
+    array_job_id: int | None = Field(default=None, description="its array: the first task's id")
+    array_task_id: int | None = None
+    array_limit: int | None = Field(default=None, description="--array …%K: at most K at once")
+    array_task_ids: list[int] | None = Field(
+        default=None, description="in a submit's answer for an array: every task's job id"
+    )
+
+
+class JobUpdate(_In):
+    """What `PATCH /v1/jobs/{id}` may change while the job is queued (scontrol update)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)] | None = None
+    time_limit_s: TimeLimitS | None = None
+    time_limit: Annotated[str, Field(max_length=40), AfterValidator(_time_limit)] | None = Field(
+        default=None, description=f"instead of time_limit_s: {TIME_LIMIT_FORMS}"
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> JobUpdate:
+        if self.time_limit is not None and self.time_limit_s is not None:
+            raise ValueError("give time_limit or time_limit_s, not both")
+        if self.name is None and self.time_limit is None and self.time_limit_s is None:
+            raise ValueError("give name, time_limit or time_limit_s")
+        return self
+
+    def limit_s(self) -> float | None:
+        """The new time limit in seconds, or None (unchanged)."""
+        if self.time_limit is not None:
+            return parse_time_limit(self.time_limit)
+        return self.time_limit_s
 
 
 class JobsPublic(BaseModel):
@@ -754,6 +841,7 @@ def job_public(
         tier=job.tier_name,
         run_cost_tflop_s=job.run_cost,
         reservation=reservation,
+        display_id=job.display_id,
     )
 
 

@@ -1,4 +1,5 @@
-"""The "why" of a job that is not queued: its state, and what its `job_events` say about how
+"""The "why" of a job that is not queued (or queued but held or waiting outside the
+policy's queue: `waiting_why`): its state, and what its `job_events` say about how
 it got there (where it runs, how it ended, OOM retries, requeues after a node failure, lost
 reservations). No I/O: the records in, the answer out."""
 
@@ -10,10 +11,11 @@ from typing import Any
 
 from jpushare.api.schemas import DispatchPublic, WhyPublic
 from jpushare.api.why_text import duration, when
+from jpushare.ledger.eligibility import Verdict
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import EventKind
 from jpushare.time_limits import ended_by_time_limit, state_label
-from jpushare.vocabulary import JobState, ReleaseReason
+from jpushare.vocabulary import JobState, ReleaseReason, Waiting
 
 
 def history_notes(history: Sequence[JobEventRecord]) -> list[str]:
@@ -122,3 +124,44 @@ def _ran_for(job: JobRecord) -> str:
     if job.started_at is None or job.ended_at is None:
         return ""
     return f" after {duration((job.ended_at - job.started_at).total_seconds())}"
+
+
+def waiting_why(
+    job: JobRecord,
+    verdict: Verdict,
+    history: Sequence[JobEventRecord],
+    tier_by_order: Mapping[int, str],
+) -> WhyPublic:
+    """The answer for a queued job outside the policy's queue: held, or waiting for its
+    dependency or its array's limit; `code` names which (`Waiting`)."""
+    code = verdict.waiting
+    assert code is not None
+    jid = job.display_id
+    outside = f"job {jid} is not in the queue yet"
+    if code is Waiting.HELD:
+        held = _last(history, EventKind.HELD)
+        by = f" by {(held.detail or {}).get('by', '?')} at {when(held.at)}" if held else ""
+        sentence = f"HELD{by} ({outside}): `jpushare release {jid}` queues it."
+    elif code is Waiting.DEPENDENCY_NEVER_SATISFIED:
+        sentence = (
+            f"DEPENDENCY_NEVER_SATISFIED ({outside}): its {verdict.waits_for}; it stays so "
+            f"until cancelled (`jpushare cancel {jid}`; --kill-on-invalid-dep cancels such "
+            "a job itself)."
+        )
+    else:
+        then = (
+            "when one of its running tasks ends, the next task enters the queue"
+            if code is Waiting.ARRAY_LIMIT
+            else "once that is met it enters the queue, its queue entry time then"
+        )
+        sentence = f"{code.value} ({outside}): {verdict.waits_for}; {then}."
+    notes = history_notes(history)
+    return WhyPublic(
+        job_id=job.id,
+        state=job.state,
+        code=code,
+        sentence=sentence,
+        num_gpus=job.num_gpus,
+        min_tier=tier_by_order.get(job.minimum_tier_sort_order),
+        notes=notes,
+    )

@@ -219,8 +219,10 @@ class Client:
         mem_per_gpu_mb: int | None = None,
         mail_type: list[str] | None = None,
         mail_user: str | None = None,
+        eligibility: JSON | None = None,  # hold, dependency, kill_on_invalid_dep, array
     ) -> JSON:
         body: JSON = {"name": name, "command": command, "num_gpus": num_gpus}
+        body.update({k: v for k, v in (eligibility or {}).items() if v not in (None, False)})
         optional = {
             "min_tier": min_tier,
             "time_limit_s": time_limit_s,
@@ -249,8 +251,10 @@ class Client:
         name: str | None = None,
         since: str | None = None,
         until: str | None = None,
+        waiting: bool | None = None,
     ) -> JSON:
         params: dict[str, Any] = {
+            "waiting": None if waiting is None else str(waiting).lower(),
             "state": list(states) or None,
             "lab": lab,
             "mine": "true" if mine else None,
@@ -275,6 +279,24 @@ class Client:
     def cancel(self, job_id: int) -> JSON:
         result: JSON = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result
+
+    def hold(self, job_id: int) -> JSON:
+        result: JSON = self._call("POST", f"/v1/jobs/{job_id}/hold")
+        return result
+
+    def release(self, job_id: int) -> JSON:
+        result: JSON = self._call("POST", f"/v1/jobs/{job_id}/release")
+        return result
+
+    def update(self, job_id: int, changes: JSON) -> JSON:
+        result: JSON = self._call("PATCH", f"/v1/jobs/{job_id}", json=changes)
+        return result
+
+    def array_tasks(self, array_job_id: int) -> list[JSON]:
+        """Every task of the array (an array has at most 1000: one page)."""
+        page = self._call("GET", "/v1/jobs", params={"array": array_job_id, "limit": 1000})
+        data: list[JSON] = page["data"]
+        return data
 
     def why(self, job_id: int) -> JSON:
         result: JSON = self._call("GET", f"/v1/jobs/{job_id}/why")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 
 from jpushare.memory_sizes import format_mem_mb, parse_mem_mb
 from jpushare.run_settings import MAX_MEM_PER_GPU_MB, MIN_MEM_PER_GPU_MB
@@ -43,6 +44,35 @@ def job_id(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a job id: {raw!r}")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A job as a Slurm user names it: `ID` (a job; an array's id: every task, where the
+    command takes several) or `ID_TASK` (one task of the array ID)."""
+
+    job: int
+    task: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.job) if self.task is None else f"{self.job}_{self.task}"
+
+
+def job_ref(raw: str) -> JobRef:
+    """`12` or `12_3` (argparse's type)."""
+    head, sep, task = raw.partition("_")
+    try:
+        ref = JobRef(int(head), int(task) if sep else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a job id (ID or ARRAY_TASK): {raw!r}") from None
+    if ref.job < 1 or (ref.task is not None and ref.task < 0):
+        raise argparse.ArgumentTypeError(f"not a job id (ID or ARRAY_TASK): {raw!r}")
+    return ref
+
+
+def job_refs(raw: str) -> list[JobRef]:
+    """`12,13_2` (sacct -j's list; argparse's type)."""
+    return [job_ref(part) for part in raw.split(",") if part]
 
 
 def gpus(raw: str) -> int:

@@ -7,7 +7,8 @@ as comments. Each directive line holds options as on the command line
 (`#SBATCH --time=1:00:00`, `#SBATCH -J train`); text after ` #` is a comment. Options
 given on the command line win over the script's. A directive JPU-Share does not know, or
 knows and does not support, is a warning naming it; one it cannot honour at all (more than
-one node, job arrays and dependencies, which are not built yet) is an error saying why.
+one node, several tasks) is an error saying why. Arrays (`--array`), dependencies
+(`--dependency`) and holds (`--hold`) are options like the others.
 
 The script travels with the job: `script_command` writes it, as it was at submission (as
 sbatch copies it), into a private temporary file on the node and runs it there, so its
@@ -27,11 +28,6 @@ DIRECTIVE_PREFIXES = ("#SBATCH", "#JPU")
 REFUSED: dict[str, str] = {
     "--nodes": "a job runs on one node here (1-8 GPUs of one placement)",
     "-N": "a job runs on one node here (1-8 GPUs of one placement)",
-    "--array": "job arrays are not supported yet: submit one job per task",
-    "-a": "job arrays are not supported yet: submit one job per task",
-    "--dependency": "dependencies are not supported yet: submit the next step after "
-    "`jpushare wait JOB` (which exits with the job's exit code)",
-    "-d": "dependencies are not supported yet: submit the next step after `jpushare wait JOB`",
     "--ntasks": "one task per job here (start several processes from the script)",
     "-n": "one task per job here (start several processes from the script)",
 }

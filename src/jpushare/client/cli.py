@@ -55,7 +55,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from jpushare.client import (
     arguments,
     cluster_views,
+    hold_commands,
     job_commands,
+    job_refs,
     log_command,
     squeue_view,
     submit_command,
@@ -114,7 +116,10 @@ if TYPE_CHECKING:  # httpx is imported only when a command talks to the API (sta
 
 def _jobs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
     limit = args.limit if args.limit is not None else (None if args.format == "csv" else 50)
-    jobs = list(job_commands.all_jobs(api, args, limit))
+    if args.jobs:  # -j: these jobs (an array's ID: every task), as sacct -j
+        jobs = [api.job(i) for i in dict.fromkeys(args.jobs)]
+    else:
+        jobs = list(job_commands.all_jobs(api, args, limit))
     if args.json:
         return {"data": jobs, "count": len(jobs)}
     if args.format == "csv":
@@ -249,6 +254,7 @@ def run(args: argparse.Namespace, printer: Printer, out: TextIO | None = None) -
                 f"PATH, or put it in {config_path(os.environ)} (ask an admin for one)",
             )
         with Client(config.url, config.token, munge=munge, printable=not args.json) as api:
+            job_refs.resolve_args(api, args)  # ID / ID_TASK -> job ids
             result = printer(api, args, out, now())
     except ApiError as exc:
         print(f"error {clean(exc.code)}: {clean(exc.message)}", file=sys.stderr)
@@ -328,6 +334,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--state", "-s", type=arguments.state, action="append", metavar="S",
                    help=_STATE_HELP)  # fmt: skip
     p.add_argument("--lab", metavar="L")
+    p.add_argument("--jobs", "-j", type=arguments.job_refs, action="extend", metavar="ID[,ID…]",
+                   help="only these (ID: an array's every task; ID_TASK), as sacct -j")  # fmt: skip
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
     p.add_argument("--user", "-u", metavar="U", help="only this user's jobs")
     p.add_argument("--name", "-n", metavar="NAME", help="only jobs of this name")
@@ -344,10 +352,12 @@ def register(subparsers: Any) -> None:
     )
 
     p = add("show", job_commands.show, "a job in full: command, times, attempts, costs")
-    p.add_argument("job", type=arguments.job_id, metavar="JOB", help="the job id")
+    p.add_argument("job", type=arguments.job_ref, metavar="JOB", help="the job: ID or ID_TASK")
 
     p = add("cancel", job_commands.cancel_many, "cancel jobs: by id, or by --state/--name/--user")
-    p.add_argument("jobs", type=arguments.job_id, nargs="*", metavar="JOB", help="job ids")
+    p.add_argument("jobs", type=arguments.job_ref, nargs="*", metavar="JOB",
+                   help="job ids: ID (an array: every task) or ID_TASK")  # fmt: skip
+    hold_commands.register(add, arguments.job_ref, arguments.time_limit)
     p.add_argument("--state", "-t", type=arguments.state, action="append", metavar="S",
                    help=_STATE_HELP)  # fmt: skip
     p.add_argument("--name", "-n", metavar="NAME", help="jobs of this name")
@@ -359,7 +369,8 @@ def register(subparsers: Any) -> None:
         "wait until jobs end (or, with --started, leave the queue)",
         EXIT_CODES_HELP,
     )
-    p.add_argument("jobs", type=arguments.job_id, nargs="+", metavar="JOB", help="job ids")
+    p.add_argument("jobs", type=arguments.job_ref, nargs="+", metavar="JOB",
+                   help="job ids: ID (an array: every task) or ID_TASK")  # fmt: skip
     p.add_argument("--started", action="store_true", help="until each has left the queue")
     _wait_options(p)
 
@@ -379,7 +390,7 @@ def register(subparsers: Any) -> None:
         ("log", log_command.log, "a job's output"),
     ):
         p = add(name, printer, text)
-        p.add_argument("job", type=arguments.job_id, metavar="JOB", help="the job id")
+        p.add_argument("job", type=arguments.job_ref, metavar="JOB", help="the job: ID or ID_TASK")
         if name == "log":
             p.add_argument("--attempt", type=int, metavar="N", help="default: the last")
             p.add_argument("--stderr", action="store_true", help="its error file (--error)")

@@ -112,13 +112,14 @@ def all_jobs(api: Client, args: argparse.Namespace, limit: int | None) -> Iterat
 def jobs_table(jobs: Sequence[JSON], out: TextIO, now: datetime) -> None:
     rows = [
         (
-            j["id"],
+            shown_id(j),
             j["name"],
             j["user"],
             j["lab"],
             j["num_gpus"],
             j.get("min_tier"),
-            state_label(j["state"], j.get("reason")),
+            state_label(j["state"], j.get("reason"))
+            + (f" ({j['waiting']})" if j.get("waiting") else ""),
             _where(j),
             ago(j["submitted_at"], now),
             duration(elapsed_s(j, now)),
@@ -180,7 +181,8 @@ def show(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
         state += f" ({job['reason']})"
     hidden = set(job.get("hidden") or ())
     lines = [
-        f"job {job['id']} ({job['name']}): {state}",
+        f"job {shown_id(job)} ({job['name']}): {state}"
+        + (f" ({job['waiting']})" if job.get("waiting") else ""),
         f"  user {job['user']}, lab {job['lab']}; {job['num_gpus']} GPU"
         f"{'s' if job['num_gpus'] != 1 else ''}, minimum tier {job.get('min_tier') or '-'}",
         "  command:   " + ("(hidden)" if "command" in hidden else str(job.get("command"))),
@@ -194,6 +196,15 @@ def show(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
         f"{amount(job['reservation_cost_tflop_s'])} TFLOP-s; charged to the lab so far "
         f"{amount(job['charged_tflop_s'])}",
     ]
+    if job.get("dependency") or job.get("held"):
+        lines.append(
+            f"  waits:     dependency {job.get('dependency') or '-'}"
+            + (" (cancelled if never met)" if job.get("kill_on_invalid_dep") else "")
+            + ("; held" if job.get("held") else "")
+        )
+    if job.get("array_job_id") is not None:
+        limit = f", at most {job['array_limit']} at once" if job.get("array_limit") else ""
+        lines.append(f"  array:     {job['array_job_id']}, task {job['array_task_id']}{limit}")
     print("\n".join(lines), file=out)
     rows = [
         (
@@ -377,4 +388,9 @@ def wait_line(job: JSON) -> str:
     where = f" on {job['node']}/{job.get('tier') or '?'}" if job.get("node") else ""
     tail = f" ({job['reason']})" if job.get("reason") and job["state"] != JobState.COMPLETED else ""
     code = f", exit code {job['exit_code']}" if job.get("exit_code") is not None else ""
-    return f"job {job['id']} ({job['name']}): {state}{where}{code}{tail}"
+    return f"job {shown_id(job)} ({job['name']}): {state}{where}{code}{tail}"
+
+
+def shown_id(job: JSON) -> str:
+    """The id people type: ARRAY_TASK for an array's task (API `display_id`), else the id."""
+    return str(job.get("display_id") or job["id"])

@@ -1,6 +1,7 @@
 """`jpushare squeue`: running and queued jobs together, in squeue's columns and short state
 names (R running, CF dispatched and starting, PD queued), the queued ones in fair-share
-order with their reason (the `why` code) where squeue prints NODELIST(REASON). `--me` and
+order with their reason (the `why` code) where squeue prints NODELIST(REASON), then the
+held and waiting ones (HELD, DEPENDENCY, ARRAY_LIMIT, DEPENDENCY_NEVER_SATISFIED). `--me` and
 `-u USER` select as squeue's; `queue --me`/`-u` use the same selection."""
 
 from __future__ import annotations
@@ -21,11 +22,18 @@ SHORT_STATES = {JobState.RUNNING: "R", JobState.DISPATCHED: "CF", JobState.GLOBA
 ALL_QUEUED = 10_000  # the API's most per page of the queue
 
 
-def _jobs(api: Client, states: Sequence[str], args: argparse.Namespace) -> Iterator[JSON]:
+def _jobs(
+    api: Client, states: Sequence[str], args: argparse.Namespace, waiting: bool | None = None
+) -> Iterator[JSON]:
     before: int | None = None
     while True:
         page = api.jobs(
-            states=states, mine=bool(args.me), user=args.user, before_id=before, limit=1000
+            states=states,
+            mine=bool(args.me),
+            user=args.user,
+            before_id=before,
+            limit=1000,
+            waiting=waiting,
         )
         yield from page["data"]
         before = page.get("next_before_id")
@@ -53,7 +61,11 @@ def squeue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         _jobs(api, [JobState.RUNNING, JobState.DISPATCHED], args), key=lambda j: j["id"]
     )
     queued = selected_queue(api, args, ALL_QUEUED)["data"]
-    answer: JSON = {"running": running, "queued": queued}
+    # Held and waiting jobs are queued outside the fair-share order: after it, by id.
+    waiting = sorted(
+        _jobs(api, [JobState.GLOBAL_QUEUE_WAIT], args, waiting=True), key=lambda j: j["id"]
+    )
+    answer: JSON = {"running": running, "queued": queued, "waiting": waiting}
     if args.json:
         return answer
     rows: list[tuple[object, ...]] = [
@@ -81,6 +93,19 @@ def squeue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
             f"({e['code']})",
         )
         for e in queued
+    ]
+    rows += [
+        (
+            j.get("display_id") or j["id"],
+            j.get("min_tier") or "-",
+            j["name"],
+            j["user"],
+            "PD",
+            "0:00",
+            j["num_gpus"],
+            f"({j['waiting']})",
+        )
+        for j in waiting
     ]
     headers = ("JOBID", "TIER", "NAME", "USER", "ST", "TIME", "GPUS", "NODELIST(REASON)")
     print(table(headers, rows), file=out)

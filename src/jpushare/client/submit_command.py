@@ -113,6 +113,15 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mail-user", type=mail_address, metavar="ADDR", help="default: the site's")
     p.add_argument("--wrap", metavar="CMD", help="the job's command, as sbatch --wrap")
+    # Eligibility, as sbatch's (docs/slurm-users.md, "Arrays, dependencies and holds").
+    p.add_argument("--array", "-a", metavar="0-15|1,3,5-9:2[%K]",
+                   help="one job per task, ID_TASK; %%K: at most K at once")  # fmt: skip
+    p.add_argument("--dependency", "-d", metavar="afterok:JOB[:JOB…][,…]|singleton",
+                   help="start only after: after, afterok, afternotok, afterany; ',' all, "
+                   "'?' any")  # fmt: skip
+    p.add_argument("--kill-on-invalid-dep", choices=("yes", "no"), metavar="yes|no",
+                   help="cancel it if its dependency can never be met (default no)")  # fmt: skip
+    p.add_argument("--hold", "-H", action="store_true", help="queue it held: `release` it")
     p.add_argument(
         "--wait",
         action="store_true",
@@ -239,22 +248,37 @@ def submit(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         mem_per_gpu_mb=args.mem_per_gpu,
         mail_type=mail_type,
         mail_user=args.mail_user,
+        eligibility={
+            "hold": args.hold,
+            "dependency": args.dependency,
+            "kill_on_invalid_dep": args.kill_on_invalid_dep == "yes",
+            "array": args.array,
+        },
     )
+    tasks: list[int] = job.get("array_task_ids") or [job["id"]]
     if not args.json:
         tier = f", tier >= {job['min_tier']}" if job.get("min_tier") else ""
+        what = f"job {job['id']}"
+        if job.get("array_task_ids"):
+            what = f"array job {job['id']} ({len(tasks)} tasks: {job['id']}_TASK"
+            what += f", at most {job['array_limit']} at once)" if job.get("array_limit") else ")"
+        state = state_label(job["state"])
+        if job.get("waiting"):
+            state += f" ({job['waiting']})"
         print(
-            f"submitted job {job['id']} ({job['name']}): {job['num_gpus']} GPU"
-            f"{'s' if job['num_gpus'] != 1 else ''}{tier}, {state_label(job['state'])}; "
-            f"`jpushare why {job['id']}` says what it waits for",
+            f"submitted {what} ({job['name']}): {job['num_gpus']} GPU"
+            f"{'s' if job['num_gpus'] != 1 else ''}{tier}, {state}; "
+            f"`jpushare why {job.get('display_id') or job['id']}` says what it waits for",
             file=out,
             flush=True,
         )
     if args.wait or args.wait_started:  # --wait as sbatch's: until it ends, with its code
         until = "ended" if args.wait else "started"
-        (job,) = job_commands.wait_for(api, [job["id"]], until, args.timeout, args.poll)
+        done = job_commands.wait_for(api, tasks, until, args.timeout, args.poll)
         if not args.json:
-            print(job_commands.wait_line(job), file=out)
-        return job_commands.exit_with_jobs(job, [job])
+            for each in done:
+                print(job_commands.wait_line(each), file=out)
+        return job_commands.exit_with_jobs(done[0] if len(done) == 1 else {"data": done}, done)
     return job
 
 

@@ -97,6 +97,11 @@ def decide_and_record(
     """Steps 2-4 in one transaction at the cycle's `now`: what the policy decided, and what
     of it was recorded."""
     with deps.begin() as session:
+        # Held and waiting jobs whose dependency or array throttle now allows enter the
+        # queue first (`store.waiting_jobs`: a few set-based statements).
+        waited = store.refresh_waiting(session, now)
+        for job_id, why in waited.to_cancel:  # --kill-on-invalid-dep
+            store.cancel_job(session, job_id, now, reason=why)
         snapshot = store.load_snapshot(session, now, busy, deps.queue_memo)
         decisions = deps.policy(snapshot, deps.placement_order)
         recorded = store.record_decisions(session, decisions, now)

@@ -36,6 +36,12 @@ class EventKind(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     CHARGED = "charged"  # detail: tflop_s added to the lab and the job's bill so far
+    # Eligibility (`ledger.eligibility`): the job stays queued; `waiting` changes.
+    HELD = "held"  # detail: by
+    HOLD_RELEASED = "hold_released"  # detail: by
+    ELIGIBLE = "eligible"  # it entered the policy's queue (its queue entry time)
+    WAITING = "waiting"  # detail: waiting (the Waiting code), waits_for
+    UPDATED = "updated"  # detail: the fields changed, before and after
 
 
 _Q = JobState.GLOBAL_QUEUE_WAIT

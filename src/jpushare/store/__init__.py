@@ -72,6 +72,7 @@ from jpushare.store.inventory import (
     upsert_tiers,
 )
 from jpushare.store.jobs import (
+    Eligibility,
     JobFilter,
     Submission,
     get_job,
@@ -112,6 +113,14 @@ from jpushare.store.records import (
 from jpushare.store.schema import EventKind, JobState, Role
 from jpushare.store.snapshot_and_decisions import held_by_jobs, load_snapshot, record_decisions
 from jpushare.store.times import from_epoch, to_epoch, utc_now
+from jpushare.store.waiting_jobs import (
+    Refreshed,
+    hold_job,
+    refresh_waiting,
+    release_job,
+    update_job,
+    waiting_verdict,
+)
 from jpushare.vocabulary import job_id as policy_job_id  # the id the policy knows a job by
 
 __all__ = [
@@ -120,6 +129,7 @@ __all__ = [
     "Cancelled",
     "ConcurrentUpdate",
     "DispatchedJob",
+    "Eligibility",
     "EventKind",
     "InvalidRequest",
     "InvalidTransition",
@@ -133,6 +143,7 @@ __all__ = [
     "NodeRecord",
     "NotFound",
     "Recorded",
+    "Refreshed",
     "Role",
     "StoreError",
     "Submission",
@@ -159,6 +170,7 @@ __all__ = [
     "get_user_by_id",
     "hash_token",
     "held_by_jobs",
+    "hold_job",
     "issue_token",
     "job_count",
     "job_history",
@@ -179,6 +191,8 @@ __all__ = [
     "policy_tiers",
     "read_only_sessions",
     "record_decisions",
+    "refresh_waiting",
+    "release_job",
     "remove_node",
     "requeue_after_node_failure",
     "requeue_after_oom",
@@ -195,9 +209,11 @@ __all__ = [
     "undrain_node",
     "unix_accounts",
     "unix_user_of",
+    "update_job",
     "upgrade",
     "upsert_tier",
     "upsert_tiers",
     "users_of_unix_account",
     "utc_now",
+    "waiting_verdict",
 ]

@@ -8,6 +8,7 @@ policy knows them as text.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -27,11 +28,19 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    update,
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, aliased
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
+from jpushare.ledger.eligibility import (
+    MAX_DEPENDENCY_JOBS,
+    Dependency,
+    Term,
+    parse_dependency,
+)
+from jpushare.ledger.job_arrays import DEFAULT_ARRAY_OUTPUT, task_environment, task_pattern
 from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
 from jpushare.policy.model import Placement, Tier
 from jpushare.run_settings import JobRun, checked
@@ -51,6 +60,7 @@ from jpushare.store.schema import (
     Node,
     User,
 )
+from jpushare.vocabulary import Waiting
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
@@ -197,10 +207,73 @@ def get_job(session: Session, job_id: int) -> JobRecord:
 @dataclass(frozen=True, slots=True)
 class Submission:
     """A submitted job, and the tier names its answer shows (sort order -> tier name, the
-    same map as the API's `tier_names_by_sort_order`), read in the same statement."""
+    same map as the API's `tier_names_by_sort_order`), read in the same statement. An
+    array's `job` is its first task, `tasks` every task (one job: that job)."""
 
     job: JobRecord
     tier_names_by_sort_order: dict[int, str]
+    tasks: tuple[JobRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Eligibility:
+    """What a submission asks beyond the job (`ledger.eligibility`): sbatch's --hold,
+    --dependency (as typed: `afterok:12:13_2`), --kill-on-invalid-dep, and --array (the
+    task ids, sorted, and the `%K` throttle)."""
+
+    hold: bool = False
+    dependency: str | None = None
+    kill_on_invalid_dep: bool = False
+    array_tasks: tuple[int, ...] | None = None
+    array_limit: int | None = None
+
+
+def resolve_dependency(session: Session, text: str) -> str:
+    """The dependency with each id made the jobs it names (an array: every task; `A_T`:
+    that task), as stored; InvalidRequest if it is not one or names a job there is none
+    of. Only jobs that exist can be named, so no dependency can ever form a cycle."""
+    try:
+        dep = parse_dependency(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"dependency: {exc}") from None
+    typed = {i for t in dep.terms for i in t.ids}
+    plain = {int(i) for i in typed if "_" not in i}
+    heads = {int(i.split("_")[0]) for i in typed}
+    tasks: dict[int, dict[int, int]] = defaultdict(dict)  # array id -> task -> job id
+    found: set[int] = set()
+    for jid, array, task in session.execute(
+        select(Job.id, Job.array_job_id, Job.array_task_id).where(
+            or_(Job.id.in_(plain), Job.array_job_id.in_(heads))
+        )
+    ):
+        found.add(jid)
+        if array is not None and array in heads and task is not None:
+            tasks[array][task] = jid
+    terms = []
+    for term in dep.terms:
+        ids: list[int] = []
+        for i in term.ids:
+            head_text, _, task_text = i.partition("_")
+            head = int(head_text)
+            if task_text:
+                task_job = tasks.get(head, {}).get(int(task_text))
+                if task_job is None:
+                    raise InvalidRequest(f"dependency: there is no job {i}")
+                ids.append(task_job)
+            elif head in tasks:
+                ids.extend(tasks[head][t] for t in sorted(tasks[head]))
+            elif head in found:
+                ids.append(head)
+            else:
+                raise InvalidRequest(f"dependency: there is no job {head}")
+        unique = list(dict.fromkeys(ids))
+        if len(unique) > MAX_DEPENDENCY_JOBS:
+            raise InvalidRequest(
+                f"dependency: {term.kind} names {len(unique)} jobs, at most "
+                f"{MAX_DEPENDENCY_JOBS} may be named"
+            )
+        terms.append(Term(term.kind, tuple(str(j) for j in unique)))
+    return Dependency(tuple(terms), dep.any_of, dep.singleton).text()
 
 
 # What the SPEC §2 check and the new job's record need, in one statement: the user's lab
@@ -292,11 +365,12 @@ def _check_quota(
     adding: int,
     max_active_jobs: int | None,
     max_job_bytes: int | None,
+    jobs: int = 1,
 ) -> None:
     usage = _ACTIVE_USAGE.get(connection.dialect.name, _ACTIVE_USAGE["sqlite"])
     count, stored = connection.execute(usage, {"user_id": user_id}).one()
-    if max_active_jobs is not None and count + 1 > max_active_jobs:
-        raise QuotaExceeded(user_name, "active_jobs", max_active_jobs, int(count), 1)
+    if max_active_jobs is not None and count + jobs > max_active_jobs:
+        raise QuotaExceeded(user_name, "active_jobs", max_active_jobs, int(count), jobs)
     if max_job_bytes is not None and stored + adding > max_job_bytes:
         raise QuotaExceeded(user_name, "job_bytes", max_job_bytes, int(stored), adding)
 
@@ -325,6 +399,13 @@ _NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
         "error_path",
         "cpus_per_gpu",
         "mem_per_gpu_mb",
+        "waiting",
+        "held",
+        "dependency",
+        "kill_on_invalid_dep",
+        "array_job_id",
+        "array_task_id",
+        "array_limit",
     )
 }
 _INSERT_JOB = insert(Job).values(_NEW_JOB_VALUES).returning(*_JOB_COLUMNS)
@@ -372,6 +453,7 @@ def submit(
     run: JobRun | None = None,
     max_active_jobs: int | None = None,
     max_job_bytes: int | None = None,
+    eligibility: Eligibility | None = None,
 ) -> Submission:
     """Queue a job for the user's lab, after the SPEC §2 checks; the job, with the tier names
     its public form needs.
@@ -386,7 +468,13 @@ def submit(
     on their stored command + environment bytes (None: no limit); QuotaExceeded beyond
     them. Checked with one more read, after the first locked the user's row, in the
     insert's transaction: two submissions of one user cannot both pass.
+
+    `eligibility`: a hold, a dependency, an array (one job per task, in this transaction;
+    each task's `array_job_id` is the first task's id, as Slurm's ArrayJobId). A job that
+    is not eligible at once is stored with its `waiting` reason (`waiting_jobs`).
     """
+    elig = eligibility or Eligibility()
+    tasks: tuple[int | None, ...] = elig.array_tasks or (None,)
     if not MIN_GPUS <= num_gpus <= MAX_GPUS:
         raise InvalidRequest(f"num_gpus must be {MIN_GPUS}-{MAX_GPUS}, got {num_gpus}")
     if not command.strip():
@@ -406,8 +494,10 @@ def submit(
         raise NotFound("user", user_id)
     lab_id, user_name, lab_name = rows[0][0], rows[0][1], rows[0][2]
     if quota:
-        adding = job_bytes(command, run.environment)
-        _check_quota(connection, user_id, user_name, adding, max_active_jobs, max_job_bytes)
+        adding = job_bytes(command, run.environment) * len(tasks)
+        _check_quota(
+            connection, user_id, user_name, adding, max_active_jobs, max_job_bytes, len(tasks)
+        )
     by_name: dict[str, Tier] = {}
     capacities: list[Placement] = []
     for row in rows:
@@ -437,6 +527,7 @@ def submit(
     report = check_fit(num_gpus, min_sort_order, tiers, capacities)
     if not report.ok:
         raise NoFitPlacement(report)
+    dependency = resolve_dependency(session, elig.dependency) if elig.dependency else None
     params: dict[str, Any] = {
         "name": name.strip() or default_job_name(command),
         "command": command,
@@ -459,6 +550,10 @@ def submit(
         "error_path": run.error_path,
         "cpus_per_gpu": run.cpus_per_gpu,
         "mem_per_gpu_mb": run.mem_per_gpu_mb,
+        "held": elig.hold,
+        "dependency": dependency,
+        "kill_on_invalid_dep": elig.kill_on_invalid_dep,
+        "array_limit": elig.array_limit if elig.array_tasks else None,
         "event_at": now,
         "event_kind": EventKind.SUBMITTED.value,
         "event_to_state": JobState.GLOBAL_QUEUE_WAIT.value,
@@ -469,20 +564,77 @@ def submit(
             "fit_placements": report.fit_count,
         },
     }
-    if connection.dialect.name == "postgresql":
-        row = connection.execute(_INSERT_JOB_AND_EVENT, params).one()
-    else:
-        row = connection.execute(_INSERT_JOB, params).one()
-        connection.execute(_INSERT_EVENT, {**params, "job_id": row._mapping["id"]})
+    if dependency is not None or elig.array_tasks:
+        params["event_detail"] = {**params["event_detail"], "dependency": dependency}
+    rows_out = []
+    array_id: int | None = None
+    for index, task in enumerate(tasks):
+        task_params = {**params, "array_task_id": task, "array_job_id": array_id}
+        task_params["waiting"] = _initial_waiting(elig, dependency, index)
+        if task is not None and array_id is not None:
+            task_params |= _task_run(run, array_id, task, elig.array_tasks or ())
+            task_params["event_detail"] = {**params["event_detail"], "array_task_id": task}
+        if connection.dialect.name == "postgresql":
+            row = connection.execute(_INSERT_JOB_AND_EVENT, task_params).one()
+        else:
+            row = connection.execute(_INSERT_JOB, task_params).one()
+            connection.execute(_INSERT_EVENT, {**task_params, "job_id": row._mapping["id"]})
+        rows_out.append(row)
+        if task is not None and array_id is None:  # the first task: its id names the array
+            array_id = row._mapping["id"]
+            first = _task_run(run, array_id, task, elig.array_tasks or ())
+            connection.execute(
+                update(Job).where(Job.id == array_id).values(array_job_id=array_id, **first)
+            )
+    ids = [row._mapping["id"] for row in rows_out]
+    judged = [i for i, r in zip(ids, rows_out, strict=True) if r._mapping["waiting"] == _DEP]
+    if judged or elig.array_tasks:
+        from jpushare.store.lifecycle import cancel_job  # lifecycle imports this module
+        from jpushare.store.waiting_jobs import refresh_waiting
+
+        refreshed = refresh_waiting(session, now, judged) if judged else None
+        for job_id, why in refreshed.to_cancel if refreshed else ():
+            cancel_job(session, job_id, now, reason=why)
+        records = get_jobs(session, ids)
+        out = tuple(records[i] for i in ids)
+        return Submission(out[0], tier_names, out)
     # A new job has no placement and no reservation: no tier names.
     record = job_record(
-        row._mapping,
+        rows_out[0]._mapping,
         user_name=user_name,
         lab_name=lab_name,
         tier_name=None,
         reserved_tier_name=None,
     )
-    return Submission(record, tier_names)
+    return Submission(record, tier_names, (record,))
+
+
+_DEP = Waiting.DEPENDENCY.value
+
+
+def _task_run(run: JobRun, array_id: int, task: int, tasks: tuple[int, ...]) -> dict[str, Any]:
+    """An array task's environment (SLURM_ARRAY_* and JPUSHARE_ARRAY_*) and output names
+    (`%A`, `%a` expanded as sbatch does in an array)."""
+    output = run.output_path if run.output_path is not None else DEFAULT_ARRAY_OUTPUT
+    return {
+        "environment": task_environment(run.environment, array_id, task, tasks),
+        "output_path": task_pattern(output, array_id, task),
+        "error_path": None
+        if run.error_path is None
+        else task_pattern(run.error_path, array_id, task),
+    }
+
+
+def _initial_waiting(elig: Eligibility, dependency: str | None, index: int) -> str | None:
+    """A new job's `waiting` before it is judged: held, a dependency to judge now, or its
+    array's throttle (the first K tasks are eligible)."""
+    if elig.hold:
+        return Waiting.HELD.value
+    if dependency is not None:
+        return _DEP
+    if elig.array_tasks and elig.array_limit is not None and index >= elig.array_limit:
+        return Waiting.ARRAY_LIMIT.value
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,6 +652,8 @@ class JobFilter:
     # before `until`, and still active or ended at or after `since`.
     since: datetime | None = None
     until: datetime | None = None
+    array_job_id: int | None = None  # the tasks of one array
+    waiting: bool | None = None  # True: only the held and waiting (queued, not in the queue)
 
 
 def list_jobs(
@@ -524,6 +678,10 @@ def list_jobs(
         stmt = stmt.where(Job.submitted_at < f.until)
     if f.since is not None:
         stmt = stmt.where(or_(Job.ended_at.is_(None), Job.ended_at >= f.since))
+    if f.array_job_id is not None:
+        stmt = stmt.where(Job.array_job_id == f.array_job_id)
+    if f.waiting is not None:
+        stmt = stmt.where(Job.waiting.is_not(None) if f.waiting else Job.waiting.is_(None))
     return [_record(row) for row in session.execute(stmt)]
 
 

@@ -121,6 +121,21 @@ class JobRecord:
     error_path: str | None = None
     cpus_per_gpu: int | None = None
     mem_per_gpu_mb: int | None = None
+    # Eligibility (revision 0007, `ledger.eligibility`): None `waiting` is in the queue.
+    waiting: str | None = None
+    held: bool = False
+    dependency: str | None = None
+    kill_on_invalid_dep: bool = False
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_limit: int | None = None
+
+    @property
+    def display_id(self) -> str:
+        """The id people type: `ARRAY_TASK` for an array's task (as Slurm), else the id."""
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.id)
 
     @property
     def policy_id(self) -> JobId:

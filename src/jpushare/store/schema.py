@@ -54,7 +54,7 @@ from jpushare.store.times import UtcDateTime
 from jpushare.vocabulary import ACTIVE_STATES as ACTIVE_STATES
 from jpushare.vocabulary import ENDED_STATES as ENDED_STATES
 from jpushare.vocabulary import JobState as JobState
-from jpushare.vocabulary import NodeState
+from jpushare.vocabulary import NodeState, Waiting
 
 # Integer primary keys that autoincrement on both backends (SQLite needs INTEGER exactly).
 BigIntPk = BigInteger().with_variant(Integer(), "sqlite")
@@ -216,6 +216,21 @@ class Job(Base):
         ),
         Index("ix_jobs_user_id", "user_id", "id"),
         Index("ix_jobs_lab_id", "lab_id", "id"),
+        # Revision 0007: the queued jobs not yet eligible, and the tasks of each array.
+        CheckConstraint(_in("waiting", tuple(Waiting)), name="waiting"),
+        Index(
+            "ix_jobs_waiting",
+            "waiting",
+            postgresql_where=text("waiting IS NOT NULL"),
+            sqlite_where=text("waiting IS NOT NULL"),
+        ),
+        Index(
+            "ix_jobs_array_job_id",
+            "array_job_id",
+            "array_task_id",
+            postgresql_where=text("array_job_id IS NOT NULL"),
+            sqlite_where=text("array_job_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPk, primary_key=True)
@@ -262,6 +277,15 @@ class Job(Base):
     reservation_since: Mapped[datetime | None]
     reservation_last_accrued_at: Mapped[datetime | None]
     reservation_gpu_seconds: Mapped[float] = mapped_column(Double, server_default=text("0"))
+    # Revision 0007 (`ledger.eligibility`): NULL `waiting` is in the policy's queue when
+    # queued; else why not. `dependency` is sbatch's, its ids resolved to jobs at submit.
+    waiting: Mapped[str | None] = mapped_column(String(32))
+    held: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    dependency: Mapped[str | None] = mapped_column(Text)
+    kill_on_invalid_dep: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    array_job_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    array_task_id: Mapped[int | None] = mapped_column(Integer)
+    array_limit: Mapped[int | None] = mapped_column(Integer)  # --array …%K
 
 
 class JobEvent(Base):

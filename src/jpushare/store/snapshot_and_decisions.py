@@ -112,7 +112,7 @@ def load_snapshot(
                 _C.reserved_tier_id,
                 type_coerce(_C.reservation_since, when),
                 type_coerce(_C.reservation_last_accrued_at, when),
-            ).where(_C.state == _QUEUED)
+            ).where(_C.state == _QUEUED, _C.waiting.is_(None))  # eligible jobs only
         )
         .all()
     )
@@ -296,8 +296,8 @@ def record_decisions(
         for index, action in sorted(by_job[job_id], key=lambda ia: KINDS[type(ia[1])].rank):
             kind = KINDS[type(action)]
             tier_id = tier_ids.get(action.tier)
-            if job is None or tier_id is None or job.state != _QUEUED:
-                continue
+            if job is None or tier_id is None or job.state != _QUEUED or job.waiting is not None:
+                continue  # (held or waiting since the snapshot: not in the queue any more)
             if not kind.valid(job, action, tier_id):
                 continue
             params[type(action)].append(kind.params(job, action, tier_id, at))

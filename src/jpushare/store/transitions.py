@@ -79,6 +79,7 @@ class LockedJob:
     reservation_since: datetime | None
     reservation_last_accrued_at: datetime | None
     reservation_gpu_seconds: float
+    waiting: str | None = None  # not None: held or waiting, not in the policy's queue
 
 
 _LOCK_COLUMNS = (
@@ -99,6 +100,7 @@ _LOCK_COLUMNS = (
     Job.reservation_since,
     Job.reservation_last_accrued_at,
     Job.reservation_gpu_seconds,
+    Job.waiting,
 )
 
 

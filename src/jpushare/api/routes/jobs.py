@@ -1,4 +1,4 @@
-"""/v1/jobs: submit, list, read, cancel, why, log."""
+"""/v1/jobs: submit, list, read, cancel, hold, release, update, why, log."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from jpushare.api.schemas import (
     JobCreate,
     JobPublic,
     JobsPublic,
+    JobUpdate,
     LogPublic,
     Name,
     WhyPublic,
@@ -30,7 +31,7 @@ from jpushare.api.schemas import (
 )
 from jpushare.api.time_window import parse_when
 from jpushare.api.why import QueueView, queued_why
-from jpushare.api.why_history import history_why
+from jpushare.api.why_history import history_why, waiting_why
 from jpushare.config import UserQuotas
 from jpushare.executors.base import Executor
 from jpushare.executors.output_files import (
@@ -119,10 +120,15 @@ def _submit(
         run=body.run(),
         max_active_jobs=quotas.max_active_jobs,
         max_job_bytes=quotas.max_job_bytes,
+        eligibility=body.eligibility(),
     )
-    if body.mail_type:  # sbatch --mail-type / --mail-user, for the notifier
-        set_job_mail(session, done.job.id, body.mail_types(), body.mail_user)
-    content = job_public(done.job, done.tier_names_by_sort_order).model_dump_json()
+    if body.mail_type:  # sbatch --mail-type / --mail-user, for the notifier (every task)
+        for task in done.tasks or (done.job,):
+            set_job_mail(session, task.id, body.mail_types(), body.mail_user)
+    public = job_public(done.job, done.tier_names_by_sort_order)
+    if done.job.array_job_id is not None:
+        public.array_task_ids = [t.id for t in done.tasks]
+    content = public.model_dump_json()
     session.commit()  # before the response goes out, as for every other route
     return content.encode()
 
@@ -143,6 +149,13 @@ def list_jobs(
     name: Annotated[str | None, Query(max_length=200, description="job name, exactly")] = None,
     since: Annotated[str | None, Query(max_length=64, description=_SINCE)] = None,
     until: Annotated[str | None, Query(max_length=64, description=_UNTIL)] = None,
+    array: Annotated[
+        int | None, Query(ge=1, le=INT64_MAX, description="the tasks of this array only")
+    ] = None,
+    waiting: Annotated[
+        bool | None,
+        Query(description="true: only queued jobs held or waiting outside the queue; false: none"),
+    ] = None,
 ) -> JobsPublic:
     """Jobs, newest first; every filter narrows. Page with `before_id`. Other users' jobs
     come without their private fields (null, named in `hidden`), as `squeue` shows them.
@@ -161,6 +174,8 @@ def list_jobs(
             name=name,
             since=parse_when(since, now, "since") if since is not None else None,
             until=parse_when(until, now, "until") if until is not None else None,
+            array_job_id=array,
+            waiting=waiting,
         ),
         shown=managed_by(user),  # only the private columns this viewer is shown
     )
@@ -234,6 +249,47 @@ def cancel_job(
     return public.model_copy(update={"charge_provisional": done.provisional})
 
 
+_MANAGE_ERRORS: dict[int | str, dict[str, object]] = {
+    **_JOB_ERRORS,
+    403: {"model": ErrorPublic, "description": "FORBIDDEN"},
+    409: {"model": ErrorPublic, "description": "CONFLICT: the job has left the queue"},
+}
+
+
+@router.post("/{job_id}/hold", responses=_MANAGE_ERRORS)
+def hold_job(
+    job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextDep
+) -> JobPublic:
+    """Hold a queued job (scontrol hold; the same permission as cancel): it leaves the
+    policy's queue, a reservation it holds is released, until `release`."""
+    require_manage(user, store.get_job(session, job_id), "hold")
+    job = store.hold_job(session, job_id, ctx.clock(), by=user.name)
+    return for_viewer(job_public(job, tier_names_by_sort_order(session)), job, user)
+
+
+@router.post("/{job_id}/release", responses=_MANAGE_ERRORS)
+def release_job(
+    job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextDep
+) -> JobPublic:
+    """Release a held job (scontrol release): judged at once, it enters the queue now (its
+    queue entry time) unless its dependency or its array's limit still holds it back."""
+    require_manage(user, store.get_job(session, job_id), "release")
+    job = store.release_job(session, job_id, ctx.clock(), by=user.name)
+    return for_viewer(job_public(job, tier_names_by_sort_order(session)), job, user)
+
+
+@router.patch("/{job_id}", responses=_MANAGE_ERRORS)
+def update_job(
+    job_id: JobIdPath, body: JobUpdate, session: SessionDep, user: CurrentUser, ctx: ContextDep
+) -> JobPublic:
+    """Change a queued job's name or time limit (scontrol update; as cancel's permission)."""
+    require_manage(user, store.get_job(session, job_id), "update")
+    job = store.update_job(
+        session, job_id, ctx.clock(), by=user.name, name=body.name, time_limit_s=body.limit_s()
+    )
+    return for_viewer(job_public(job, tier_names_by_sort_order(session)), job, user)
+
+
 @router.get("/{job_id}/why", responses=_JOB_ERRORS)
 def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextDep) -> WhyPublic:
     """Why the job is not running (SPEC §8), or what happened to it. For a queued job: what
@@ -242,6 +298,10 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     history = store.job_history(session, job_id)
     tiers = tier_names_by_sort_order(session)
     now = ctx.clock()
+    if job.state is JobState.GLOBAL_QUEUE_WAIT and job.waiting is not None:
+        waiting = store.waiting_verdict(session, job_id)
+        if waiting is not None:
+            return for_viewer(waiting_why(job, waiting, history, tiers), job, user)
     if job.state is JobState.GLOBAL_QUEUE_WAIT:
         snapshot = store.load_snapshot(session, now, ctx.busy(session))
         view = QueueView.of(snapshot, ctx.placement_order, ctx.policy)

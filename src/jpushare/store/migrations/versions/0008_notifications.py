@@ -1,7 +1,7 @@
 """Notifications: each job's mail request and the notifier's outbox cursors.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-03
 
 Written by hand from `jpushare.store.notifications` (`JobMailRow`, `NotifyCursorRow`).
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
