@@ -56,11 +56,16 @@ def _partition_exists(name: str) -> bool:
 def _server(out: Path) -> str:
     """A stand-in server: writes its GPUs, then on SIGTERM takes a second before it exits
     (the grace at work) and writes when it exits, the moment its GPUs are free."""
-    return (
-        f'echo "$SLURM_JOB_GPUS" > {out}.gpus; '
-        f"trap 'sleep 1; date +%s.%N > {out}.exit; exit 0' TERM; "
-        "while :; do sleep 0.1; done"
-    )
+    return f"trap 'sleep 1; date +%s.%N > {out}.exit; exit 0' TERM; while :; do sleep 0.1; done"
+
+
+def _written(path: Path) -> str:
+    """What a job wrote to `path`, once it has (jobs write it as they start)."""
+
+    def probe() -> str | None:
+        return path.read_text().strip() or None if path.is_file() else None
+
+    return wait_for(probe, WAIT_S, 0.1, f"{path.name} written")
 
 
 def _node_b_free(ex: SlurmExecutor) -> bool:
@@ -95,17 +100,12 @@ def test_a_research_job_preempts_exactly_the_backfill_gpus_it_needs(
 
     ids: list[str] = []
     for i in range(4):
-        out = logs / f"llm{i}"
-        env = {"JPUSHARE_BACKFILL_CMD": _server(out)}
-        ids.append(bf.submit(BackfillSlot("node-b", "rtx5090", i), 1, _server(out), env))
+        ids.append(
+            bf.submit(BackfillSlot("node-b", "rtx5090", i), 1, _server(logs / f"llm{i}"), {})
+        )
     wait_for(lambda: set(_states(bf, ids).values()) == {"RUNNING"}, WAIT_S, 0.2, "4 running")
     gpus = {
-        sid: wait_for(
-            lambda p=logs / f"llm{i}.gpus": p.is_file() and p.read_text().strip(),
-            WAIT_S,
-            0.1,
-            "gpus written",
-        )
+        sid: _written(bf.gpus_file(BackfillSlot("node-b", "rtx5090", i)))
         for i, sid in enumerate(ids)
     }
     assert sorted(gpus.values()) == ["0", "1", "2", "3"]  # one GPU each, all of node-b's
@@ -136,27 +136,8 @@ def test_a_research_job_preempts_exactly_the_backfill_gpus_it_needs(
         return info is not None and info.state is RunState.RUNNING
 
     wait_for(started, WAIT_S, 0.2, "research job running")
-    research_gpus = set(
-        wait_for(
-            lambda: (
-                research_out.with_suffix(".gpus").is_file()
-                and research_out.with_suffix(".gpus").read_text().strip()
-            ),
-            WAIT_S,
-            0.1,
-            "research gpus",
-        ).split(",")
-    )
-    started_at = float(
-        wait_for(
-            lambda: (
-                research_out.with_suffix(".start").is_file()
-                and research_out.with_suffix(".start").read_text().strip()
-            ),
-            WAIT_S,
-            0.1,
-        )
-    )
+    research_gpus = set(_written(research_out.with_suffix(".gpus")).split(","))
+    started_at = float(_written(research_out.with_suffix(".start")))
 
     states = _states(bf, ids)
     preempted = [sid for sid in ids if states.get(sid) == "PREEMPTED"]

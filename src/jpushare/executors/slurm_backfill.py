@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpushare.executors.base import RunState, SubmitRefused
@@ -121,11 +122,16 @@ class SlurmBackfill:
                 out[job.slurm_id] = (slot, job)
         return out
 
+    def gpus_file(self, slot: BackfillSlot) -> Path:
+        """Where a keeper job writes the GPUs Slurm gave it (`$SLURM_JOB_GPUS`, `0,2`)."""
+        return self.executor.log_dir / f"{backfill_name(self.executor.name_prefix, slot)}.gpus"
+
     def submit(
         self, slot: BackfillSlot, num_gpus: int, command: str, env: Mapping[str, str]
     ) -> str:
         """sbatch one server into the backfill partition, pinned to its node and GPU type;
-        Slurm sets CUDA_VISIBLE_DEVICES. `env`: exported in the batch script."""
+        Slurm sets CUDA_VISIBLE_DEVICES. The job writes its GPUs (`gpus_file`), then
+        becomes `command` (bash). `env`: exported in the batch script."""
         ex = self.executor
         ex.log_dir.mkdir(parents=True, exist_ok=True)
         name = backfill_name(ex.name_prefix, slot)
@@ -145,7 +151,9 @@ class SlurmBackfill:
             "--open-mode=append",
             "--no-requeue",
         ]
-        script = "#!/bin/bash\n" + "".join(f"export {k}={_quote(v)}\n" for k, v in env.items())
+        exports = {**env, "JPUSHARE_BACKFILL_CMD": command}
+        script = "#!/bin/bash\n" + "".join(f"export {k}={_quote(v)}\n" for k, v in exports.items())
+        script += f'echo "$SLURM_JOB_GPUS" > {_quote(str(self.gpus_file(slot)))}\n'
         script += 'exec bash -c "$JPUSHARE_BACKFILL_CMD"\n'
         result = ex._run(argv, script, submit=True)
         if result.returncode != 0:
@@ -154,6 +162,27 @@ class SlurmBackfill:
                 raise SlurmError(f"sbatch failed: {message}")
             raise SubmitRefused(f"Slurm refused the backfill job: {message}")
         return parse_sbatch(result.stdout)
+
+    def preemptor(self, victim: SlurmJob) -> SlurmJob | None:
+        """The job that a preempted backfill job gave its GPUs to: on its node, of another
+        partition, submitted before the victim ended and started at or after it (the
+        first such); None when squeue shows none."""
+        if victim.nodes is None or victim.ended_at is None:
+            return None
+        ex = self.executor
+        argv = [ex.commands.squeue, "-h", "-t", "all", "-w", victim.nodes, "-O", SQUEUE_FORMAT]
+        end = victim.ended_at
+        candidates = [
+            j
+            for j in parse_squeue(ex._checked(argv), UTC)
+            if j.partition != self.partition
+            and j.submitted_at is not None
+            and j.started_at is not None
+            and j.submitted_at <= end
+            and j.started_at >= end - 1.0  # Slurm prints whole seconds
+            and run_state(j.state) is not RunState.PENDING
+        ]
+        return min(candidates, key=lambda j: j.started_at or 0.0, default=None)
 
     def cancel(self, slurm_id: str) -> None:
         """scancel (an ended or unknown job is fine)."""

@@ -7,8 +7,11 @@ its upstream list from this answer stops sending it requests before the server e
 Beside them, the figures of issue 22 / SPEC §6: yields (count, GPUs, latency) and the
 GPU-hours served on reserved and idle GPUs, and idle with nothing running.
 
-On Slurm the servers are Slurm jobs of the backfill QOS: none is listed here (the lab's
-router finds them through Slurm), and `source` says so.
+On Slurm the servers are Slurm jobs of the backfill partition that research jobs preempt
+(`backfill.slurm_keeper`): the keeper writes the same records and totals, under the Slurm
+executor's log directory (`<log dir>/backfill/`), for its running jobs, each with the GPUs
+Slurm gave it and `http://<node>:<port>`; `source` is "slurm". Their yields are Slurm's
+preemptions: a research job's sbatch -> start, in Slurm's whole seconds.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ class BackfillUsagePublic(BaseModel):
 
 
 class BackfillPublic(BaseModel):
-    source: str  # "local" (the keeper's servers) | "none" (no local executor here)
+    source: str  # "local" | "slurm" (the keeper's servers) | "none" (no keeper directory)
     data: list[BackfillServerPublic]
     count: int
     yields: BackfillYieldsPublic
@@ -77,8 +80,8 @@ def _at(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, UTC)
 
 
-def backfill_public(directory: Path | None) -> BackfillPublic:
-    """The answer for a keeper's directory (None: no local executor)."""
+def backfill_public(directory: Path | None, source: str = "local") -> BackfillPublic:
+    """The answer for a keeper's directory (None: no executor with one)."""
     servers = [] if directory is None else load_all(directory)
     data = [
         BackfillServerPublic(
@@ -96,7 +99,7 @@ def backfill_public(directory: Path | None) -> BackfillPublic:
     n = int(stats["count"])
     usage = read_usage(directory)
     return BackfillPublic(
-        source="none" if directory is None else "local",
+        source="none" if directory is None else source,
         data=data,
         count=len(data),
         yields=BackfillYieldsPublic(
@@ -116,9 +119,19 @@ def backfill_public(directory: Path | None) -> BackfillPublic:
 
 
 def keeper_dir_of(executor: object) -> Path | None:
-    """The backfill directory of a local executor (None: another executor, or none)."""
+    """The backfill directory of a local executor (its state directory's) or of a Slurm
+    executor with a backfill partition (its log directory's); None: another, or none."""
     state_dir = getattr(executor, "state_dir", None)
-    return backfill_dir(state_dir) if isinstance(state_dir, Path) else None
+    if isinstance(state_dir, Path):
+        return backfill_dir(state_dir)
+    log_dir = getattr(executor, "log_dir", None)
+    if isinstance(log_dir, Path) and getattr(executor, "backfill", None) is not None:
+        return log_dir / "backfill"
+    return None
+
+
+def keeper_source(executor: object) -> str:
+    return "local" if isinstance(getattr(executor, "state_dir", None), Path) else "slurm"
 
 
 def keeper_dir(ctx: ContextDep) -> Path | None:
@@ -146,4 +159,4 @@ def backfill(user: CurrentUser, ctx: ContextDep) -> BackfillPublic:
     """The LLM backfill servers running now (node, tier, GPUs, URL, since), the yields so
     far and the GPU-hours backfill served on reserved and on idle GPUs. A server being
     stopped for a research job is no longer listed."""
-    return backfill_public(keeper_dir(ctx))
+    return backfill_public(keeper_dir(ctx), keeper_source(ctx.executor))
