@@ -435,7 +435,9 @@ class PlacementPublic(BaseModel):
 
     `idle` GPUs are free for research jobs now; `reserved` ones are closed to other research
     jobs but keep serving LLM backfill (R4); `llm_backfill_gpus` = idle + reserved is what
-    the router may use until it is told to yield.
+    the router may use until it is told to yield; `llm_gpus` of them an LLM backfill server
+    holds now (the keeper's servers, local or Slurm jobs of the backfill partition: "LLM" in
+    `jpushare placements` and on the dashboard).
     """
 
     node: str
@@ -446,6 +448,7 @@ class PlacementPublic(BaseModel):
     reserved: int
     idle: int
     llm_backfill_gpus: int
+    llm_gpus: int = 0
     schedulable: bool
     node_state: str
     node_state_reason: str | None

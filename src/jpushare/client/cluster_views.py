@@ -60,11 +60,12 @@ def placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetime
                     p["busy"],
                     p["reserved"],
                     p["idle"],
+                    p.get("llm_gpus", 0),
                     state,
                     held_by(p["reservations"]),
                 )
             )
-        headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "STATE")
+        headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "LLM", "STATE")
         print(table((*headers, "RESERVED FOR"), rows), file=out)
     return result
 

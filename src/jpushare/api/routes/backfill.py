@@ -134,6 +134,19 @@ def keeper_source(executor: object) -> str:
     return "local" if isinstance(getattr(executor, "state_dir", None), Path) else "slurm"
 
 
+def serving_by_placement(executor: object) -> dict[tuple[str, str], int]:
+    """(node, tier) -> GPUs the keeper's running servers hold now (its records)."""
+    directory = keeper_dir_of(executor)
+    out: dict[tuple[str, str], int] = {}
+    if directory is None:
+        return out
+    for r in load_all(directory):
+        if r.state == RUNNING:
+            key = (r.node, r.gpu_type)
+            out[key] = out.get(key, 0) + max(len(r.gpu_indices), 1)
+    return out
+
+
 def keeper_dir(ctx: ContextDep) -> Path | None:
     return keeper_dir_of(ctx.executor)
 
