@@ -665,6 +665,23 @@ class WatchUsagePublic(BaseModel):
     reservation_share: float | None = Field(description="reservation / charged")
 
 
+class WatchBackfillPublic(BaseModel):
+    """LLM backfill (issue 22): GPU-hours reserved in the window, and what the backfill
+    keeper measured since `keeper_since` (its first tick; null: no keeper ran here)."""
+
+    reserved_gpu_hours: float
+    backfill_reserved_gpu_hours: float
+    backfill_idle_gpu_hours: float
+    idle_gpu_hours: float = Field(description="no research job and no backfill server")
+    served_share_of_reserved: float | None = Field(
+        description="backfill on reserved GPUs / reserved GPU-hours (capped at 1)"
+    )
+    yields: int
+    yield_mean_s: float | None = Field(description="research dispatch -> its GPUs free")
+    yield_max_s: float | None
+    keeper_since: float | None = Field(description="UNIX seconds")
+
+
 class SizeClassPublic(BaseModel):
     """The ended jobs of one size (GPUs asked for)."""
 
@@ -687,6 +704,7 @@ class WatchPublic(BaseModel):
     hold_s: HoldPublic
     usage: WatchUsagePublic
     by_gpus: dict[str, SizeClassPublic] = Field(description="keyed by GPU count")
+    backfill: WatchBackfillPublic | None = None
 
 
 class ErrorBody(BaseModel):

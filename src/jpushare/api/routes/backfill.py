@@ -32,6 +32,7 @@ from jpushare.executors.backfill_servers import (
     read_yield_stats,
 )
 from jpushare.metrics import BackfillFigures
+from jpushare.policy.watch import BackfillTotals
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -149,6 +150,23 @@ def serving_by_placement(executor: object) -> dict[tuple[str, str], int]:
 
 def keeper_dir(ctx: ContextDep) -> Path | None:
     return keeper_dir_of(ctx.executor)
+
+
+def keeper_totals(directory: Path | None) -> BackfillTotals:
+    """The keeper's totals as the watch-list's record (zeros, since None: no keeper)."""
+    if directory is None:
+        return BackfillTotals()
+    stats = read_yield_stats(directory)
+    usage = read_usage(directory)
+    return BackfillTotals(
+        reserved_served_gpu_s=usage.backfill_reserved_gpu_s,
+        idle_served_gpu_s=usage.backfill_idle_gpu_s,
+        idle_gpu_s=usage.idle_gpu_s,
+        yields=int(stats["count"]),
+        yield_seconds_sum=stats["seconds_sum"],
+        yield_seconds_max=stats["seconds_max"],
+        since=usage.since,
+    )
 
 
 def backfill_figures(directory: Path) -> BackfillFigures:

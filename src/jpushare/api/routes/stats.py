@@ -10,8 +10,10 @@ from fastapi import APIRouter, Query
 
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
-from jpushare.api.schemas import ErrorPublic, WatchPublic
-from jpushare.policy.watch import watch_figures
+from jpushare.api.routes.backfill import keeper_dir, keeper_totals
+from jpushare.api.schemas import ErrorPublic, WatchBackfillPublic, WatchPublic
+from jpushare.policy.watch import backfill_split, watch_figures
+from jpushare.store.times import to_epoch
 from jpushare.store.watch_records import load_watch_records
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -64,7 +66,9 @@ def watch(
 ) -> WatchPublic:
     """The operational watch-list (SPEC §10) from `since` to now: failed reservations (R3,
     R5, cancel) overall and per lab, reservation hold, reservation share of the usage
-    charged, and per job size the burden (charged / run TFLOP-s) and the mean wait."""
+    charged, per job size the burden (charged / run TFLOP-s) and the mean wait, and the
+    LLM backfill split: reserved GPU-hours in the window, and the GPU-hours the backfill
+    keeper served on reserved and on idle GPUs, idle GPU-hours and its yields."""
     now = ctx.clock()
     try:
         start = parse_since(since, now)
@@ -73,4 +77,10 @@ def watch(
             422, ErrorCode.VALIDATION_ERROR, str(exc), {"field": "since", "value": since}
         ) from None
     spans, ended = load_watch_records(session, start, now)
-    return WatchPublic(since=start, until=now, **watch_figures(spans, ended).as_dict())
+    split = backfill_split(spans, to_epoch(start), to_epoch(now), keeper_totals(keeper_dir(ctx)))
+    return WatchPublic(
+        since=start,
+        until=now,
+        **watch_figures(spans, ended).as_dict(),
+        backfill=WatchBackfillPublic(**split.as_dict()),
+    )
