@@ -147,7 +147,7 @@ class SlurmKeeper:
                 by_place.get(place, []),
                 key=lambda s: (not live[s].running, live[s].since, int(_num(s))),
             )
-            for sid in ids[n:][::-1]:  # pending ones last in the list: cancelled first
+            for sid in ids[n:]:  # the extras: pending ones, then the youngest running
                 if self._cancel(sid):
                     cancelled.append(sid)
             if want is None or len(ids) >= n:
@@ -160,9 +160,9 @@ class SlurmKeeper:
                 slot = BackfillSlot(place[0], place[1], slot_no)
                 if slot_no in taken or now < self._backoff.get(slot, _Backoff()).next_start_at:
                     continue
-                sid = self._submit(slot, now)
-                if sid is not None:
-                    submitted.append(sid)
+                new_id = self._submit(slot, now)
+                if new_id is not None:
+                    submitted.append(new_id)
                     count += 1
         self._write_records(jobs)
         self._account(now, wanted, jobs)
