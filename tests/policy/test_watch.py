@@ -123,6 +123,10 @@ def test_reserved_gpu_seconds_are_each_reservation_held_inside_the_window() -> N
     assert reserved_gpu_s(SPANS, 0.0, 250.0) == 630.0
     # Over [50, 100]: only the filled one (4 x 50) and the swap one (3 x 20).
     assert reserved_gpu_s(SPANS, 50.0, 100.0) == 260.0
+    # A reservation that absorbed: 2 GPUs from 0 s, 3 from 40 s, released at 100 s.
+    grown = ReservationSpan("6", "A", "t", 3, 0.0, 100.0, R.FILLED, ((0.0, 2), (40.0, 3)))
+    assert reserved_gpu_s([grown], 0.0, 1000.0) == 2 * 40 + 3 * 60
+    assert reserved_gpu_s([grown], 50.0, 1000.0) == 3 * 50
 
 
 def test_the_backfill_split_says_how_much_reserved_time_backfill_served() -> None:

@@ -50,6 +50,21 @@ class ReservationSpan:
     started_at: float  # seconds on the caller's clock
     ended_at: float | None = None
     reason: ReleaseReason | None = None
+    # (time, GPUs held from then) from its start, when its size changed (absorptions);
+    # empty: `gpus` throughout
+    steps: tuple[tuple[float, int], ...] = ()
+
+    def gpu_s(self, start: float, end: float) -> float:
+        """GPU-seconds it held inside [start, end] (still held: until `end`)."""
+        stop = min(end if self.ended_at is None else self.ended_at, end)
+        steps = self.steps or ((self.started_at, self.gpus),)
+        total = 0.0
+        for (t, n), nxt in zip(steps, (*steps[1:], None), strict=True):
+            lo = max(t, start)
+            hi = stop if nxt is None else min(nxt[0], stop)
+            if hi > lo:
+                total += n * (hi - lo)
+        return total
 
     @property
     def hold_s(self) -> float | None:
@@ -297,13 +312,7 @@ class BackfillSplit:
 
 def reserved_gpu_s(spans: Iterable[ReservationSpan], start: float, end: float) -> float:
     """GPU-seconds the reservations held inside [start, end] (a held one: until `end`)."""
-    total = 0.0
-    for s in spans:
-        lo = max(s.started_at, start)
-        hi = min(end if s.ended_at is None else s.ended_at, end)
-        if hi > lo:
-            total += s.gpus * (hi - lo)
-    return total
+    return math.fsum(s.gpu_s(start, end) for s in spans)
 
 
 def backfill_split(

@@ -17,12 +17,11 @@ from typing import Any
 
 from jpushare.policy.watch import (
     FAILED_REASONS,
+    BackfillSplit,
     BackfillTotals,
     EndedJob,
     ReservationSpan,
-    backfill_split,
     percentile,
-    reserved_gpu_s,
     watch_figures,
 )
 from jpushare.sim.engine import SimResult, TraceJobResult, TraceJobState
@@ -181,14 +180,13 @@ def backfill(result: SimResult, start: float, end: float) -> dict[str, Any]:
     backfill`): its reserved GPU-hours are the reserved ones, its idle ones every idle
     GPU-hour of an open node, and nothing is idle unserved. No yields: the simulator
     starts a job on GPUs backfill holds at once (yield latency 0)."""
-    spans = reservation_spans(result)
     totals = BackfillTotals(
-        reserved_served_gpu_s=reserved_gpu_s(spans, start, end),
+        reserved_served_gpu_s=result.reserved_gpu_s,  # the replay's own integral: exact
         idle_served_gpu_s=idle_up_gpu_s(result, start, end),
         idle_gpu_s=0.0,
         since=start,
     )
-    return backfill_split(spans, start, end, totals).as_dict()
+    return BackfillSplit(result.reserved_gpu_s, totals).as_dict()
 
 
 def summary(result: SimResult) -> dict[str, Any]:
