@@ -69,7 +69,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 T0=$(date +%s.%N)
 PEER=${FAKE_SLURM_PEER:-0}
 CLUSTER_NAME=fakegpu CTLD_PORT=6817 SLURMD_PORT=6818 NODE_PORT_BASE=17000
-SCHED_PARAMS=batch_sched_delay=0 PART_EXTRA=""
+# bf_interval=1: Slurm 22.05 preempts backfill jobs for a pending research job only in a
+# later scheduling pass, not at sbatch (at the default bf_interval=30 every preemption fell on
+# a 30 s tick: yields of 12-32 s); with 1 they measured 9-28 s (bench_slurm_backfill_yield.py;
+# bf_resolution=1 or sched_interval=2 did not shorten them).
+SCHED_PARAMS=batch_sched_delay=0,bf_interval=1 PART_EXTRA=""
 # The configuration's fingerprint, in the marker line of slurm.conf: this script's own
 # hash (plus peer.sh's). scripts/ensure-services.sh restarts a running cluster whose
 # slurm.conf carries another one (started by an older script: e.g. without `backfill`).
