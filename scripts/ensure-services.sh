@@ -20,7 +20,12 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 fi
 
 if [ "$(id -u)" = "0" ]; then
-    if ! sinfo -h >/dev/null 2>&1; then
+    # A cluster started by an older start-fake-cluster.sh (its slurm.conf's marker line has
+    # another config= fingerprint, e.g. no backfill partition) is restarted with this one's.
+    want=$(cat scripts/slurm/start-fake-cluster.sh scripts/slurm/peer.sh 2>/dev/null | sha256sum | cut -c1-16)
+    have=$(sed -n '1s/.*config=\([0-9a-f]*\).*/\1/p' /etc/slurm/slurm.conf 2>/dev/null)
+    if ! sinfo -h >/dev/null 2>&1 || [ "$have" != "$want" ]; then
+        sinfo -h >/dev/null 2>&1 && echo "the fake Slurm cluster runs an older configuration: restarting it" >&2
         bash scripts/slurm/start-fake-cluster.sh >/tmp/jpushare-slurm-start.log 2>&1 \
             || { tail -n 30 /tmp/jpushare-slurm-start.log >&2; fail "the fake Slurm cluster did not start"; }
     fi

@@ -21,7 +21,13 @@
 #     node-b  8 CPUs  16000 MB  gpu:rtx5090:4
 #     node-c 16 CPUs  32000 MB  gpu:rtx4090:4,gpu:rtx5090:4   (mixed)
 #     node-d  4 CPUs   8000 MB  gpu:rtx3080ti:2
-#   partitions: gpu (default; node-a..d), legacy (node-d)
+#   partitions: gpu (default; node-a..d), legacy (node-d), backfill (node-a..d): the LLM
+#   backfill servers' (README, LLM backfill on Slurm). preempt/partition_prio: a job of gpu
+#   or legacy (PriorityTier=10) that needs GPUs a backfill job holds (PriorityTier=1) has
+#   Slurm cancel it (PreemptMode=CANCEL: SIGTERM, then SIGKILL after GraceTime), only as
+#   many backfill jobs as it needs; gpu and legacy jobs are never preempted (no partition
+#   has a higher tier). Their PreemptMode must not be OFF: Slurm 22.05 then lets none of
+#   their jobs preempt (tried: the job stays PENDING, Reason=Resources).
 #   GPUs are character devices no driver answers (see 3.), so jobs get
 #   CUDA_VISIBLE_DEVICES/SLURM_JOB_GPUS and the device cgroup keeps them to their own.
 #
@@ -39,6 +45,7 @@
 #   FAKE_SLURM_SMOKE=1|0                  run the smoke job
 #   FAKE_SLURM_TIMEOUT=60                 seconds to wait for daemons/nodes
 #   FAKE_SLURM_KEEP_ON_FAIL=0             1 = leave daemons running when start fails
+#   FAKE_SLURM_BACKFILL_GRACE=5           GraceTime of the backfill partition (seconds)
 #   FAKE_SLURM_PEER=0|1                   1 = instead, a SECOND cluster beside this one:
 #       Slurm's own fair-share + backfill scheduler with slurmdbd on MariaDB, for comparing
 #       JPU-Share with what a site would run (scripts/slurm/peer.sh says what differs:
@@ -62,7 +69,16 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 T0=$(date +%s.%N)
 PEER=${FAKE_SLURM_PEER:-0}
 CLUSTER_NAME=fakegpu CTLD_PORT=6817 SLURMD_PORT=6818 NODE_PORT_BASE=17000
-SCHED_PARAMS=batch_sched_delay=0 PART_EXTRA=""
+# bf_interval=1: Slurm 22.05 preempts backfill jobs for a pending research job only in a
+# later scheduling pass, not at sbatch (at the default bf_interval=30 every preemption fell on
+# a 30 s tick: yields of 12-32 s); with 1 they measured 9-28 s (bench_slurm_backfill_yield.py;
+# bf_resolution=1 or sched_interval=2 did not shorten them).
+SCHED_PARAMS=batch_sched_delay=0,bf_interval=1 PART_EXTRA=""
+# The configuration's fingerprint, in the marker line of slurm.conf: this script's own
+# hash (plus peer.sh's). scripts/ensure-services.sh restarts a running cluster whose
+# slurm.conf carries another one (started by an older script: e.g. without `backfill`).
+CONFIG_ID=$(cat "$HERE/start-fake-cluster.sh" "$HERE/peer.sh" 2>/dev/null | sha256sum | cut -c1-16)
+BACKFILL_GRACE=${FAKE_SLURM_BACKFILL_GRACE:-5}
 if [ "$PEER" = 1 ]; then
   # shellcheck source=scripts/slurm/peer.sh
   . "$HERE/peer.sh"
@@ -187,7 +203,7 @@ write_configs() {  # $1 = cgroup|nocgroup
     PROCTRACK=proctrack/linuxproc; TASK=task/none; ACCTPARAMS=OverMemoryKill
   fi
   cat > "$ETC/slurm.conf" <<EOF
-$MARK  mode=$1
+$MARK  mode=$1 config=$CONFIG_ID
 ClusterName=$CLUSTER_NAME
 SlurmctldHost=localhost
 SlurmUser=root
@@ -233,8 +249,16 @@ NodeName=node-a NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT_BASE
 NodeName=node-b NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT_BASE + 2)) CPUs=8  RealMemory=16000 Gres=gpu:rtx5090:4 State=UNKNOWN
 NodeName=node-c NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT_BASE + 3)) CPUs=16 RealMemory=32000 Gres=gpu:rtx4090:4,gpu:rtx5090:4 State=UNKNOWN
 NodeName=node-d NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT_BASE + 4)) CPUs=4  RealMemory=8000  Gres=gpu:rtx3080ti:2 State=UNKNOWN
-PartitionName=gpu    Nodes=node-a,node-b,node-c,node-d Default=YES MaxTime=INFINITE State=UP$PART_EXTRA
-PartitionName=legacy Nodes=node-d MaxTime=INFINITE State=UP$PART_EXTRA
+$(if [ "$PEER" = 1 ]; then
+  echo "PartitionName=gpu    Nodes=node-a,node-b,node-c,node-d Default=YES MaxTime=INFINITE State=UP$PART_EXTRA"
+  echo "PartitionName=legacy Nodes=node-d MaxTime=INFINITE State=UP$PART_EXTRA"
+else
+  echo "PreemptType=preempt/partition_prio"
+  echo "PreemptMode=CANCEL"
+  echo "PartitionName=gpu      Nodes=node-a,node-b,node-c,node-d Default=YES MaxTime=INFINITE State=UP PriorityTier=10"
+  echo "PartitionName=legacy   Nodes=node-d MaxTime=INFINITE State=UP PriorityTier=10"
+  echo "PartitionName=backfill Nodes=node-a,node-b,node-c,node-d MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=$BACKFILL_GRACE"
+fi)
 EOF
   cat > "$ETC/gres.conf" <<EOF
 $MARK
@@ -358,6 +382,7 @@ FAKE_SLURM_MODE=$MODE
 FAKE_SLURM_OOM_STATE=$OOM
 FAKE_SLURM_NODES="${NODES[*]}"
 FAKE_SLURM_PARTITIONS="gpu legacy"
+$([ "$PEER" = 1 ] || echo "FAKE_SLURM_BACKFILL_PARTITION=backfill")
 FAKE_SLURM_TIER_PARTITIONS="rtx4090=gpu rtx5090=gpu rtx3080ti=legacy"
 SLURM_CONF=$ETC/slurm.conf
 EOF

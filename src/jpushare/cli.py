@@ -63,7 +63,7 @@ COMMAND_HELP: dict[str, str] = {
     "serve": "run the service: the API and the dispatcher",
     "init": "load tiers, nodes and labs from a cluster file into the database",
     "admin": "manage labs, users, tokens, nodes and tiers (server side)",
-    "backfill": "keep an LLM inference server on every idle or reserved GPU (local executor)",
+    "backfill": "keep an LLM inference server on every idle or reserved GPU (local or Slurm)",
     "submit": "queue a job: jpushare submit --gpus N [--min-tier T] -- CMD…",
     "jobs": "list jobs, newest first (as sacct: --since, --until, --format csv)",
     "show": "a job in full: command, times, attempts, costs",

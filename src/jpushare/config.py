@@ -70,6 +70,9 @@ For `JPUSHARE_EXECUTOR=slurm` (the Slurm executor's; ignored by the local one):
   one per installation sharing a cluster; default jps
 - JPUSHARE_SLURM_SUBMIT_AS_USER: `yes` to submit each job `--uid/--gid` of its owner (root
   or Slurm's SlurmUser), `no` to submit every job as the service; default: yes when root
+- JPUSHARE_SLURM_BACKFILL_PARTITION: the partition of the LLM backfill jobs that research
+  jobs preempt (README, LLM backfill on Slurm): their GPUs count as free; `none`: no
+  such partition; default backfill (a cluster without it simply has no backfill jobs)
 
 The tier -> partition mapping is not a setting: it is each tier's `partition` in the
 database (`jpushare init --cluster FILE` reads it from the cluster file's tiers).
@@ -195,6 +198,7 @@ class Settings:
     slurm_gpu_types: Mapping[str, str] = field(default_factory=dict)  # GRES type -> tier
     slurm_sbatch_args: tuple[str, ...] = ()
     slurm_prefix: str = "jps"
+    slurm_backfill_partition: str | None = "backfill"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     placement_order: PlacementOrder = PlacementOrder.PACK
     slurm_submit_as_user: bool | None = None  # None: when the service runs as root
@@ -325,6 +329,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         slurm_gpu_types=parse_gpu_types(e.get("JPUSHARE_SLURM_GPU_TYPES", "")),
         slurm_sbatch_args=sbatch_args,
         slurm_prefix=prefix,
+        slurm_backfill_partition=_backfill_partition(e),
         max_body_bytes=max_body,
         placement_order=placement,
         slurm_submit_as_user=as_user[as_user_text],
@@ -388,6 +393,15 @@ def _lease_s(text: str, cycle_s: float) -> float | None:
             "the leader renews its lease once a cycle"
         )
     return lease_s
+
+
+def _backfill_partition(e: Mapping[str, str]) -> str | None:
+    text = e.get("JPUSHARE_SLURM_BACKFILL_PARTITION", "").strip()
+    if text.lower() == "none":
+        return None
+    if text and not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ConfigError(f"JPUSHARE_SLURM_BACKFILL_PARTITION is not a partition name: {text!r}")
+    return text or "backfill"
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,8 @@ replicas export the leader's figures:
     jpushare_gpus_foreign{tier}                            gauge, GPUs used outside JPU-Share
                                                            at the last observation
 
-LLM backfill (issue 22; the local executor's keeper, `backfill/` of its state directory, read
-at scrape time; absent without a local executor):
+LLM backfill (issue 22; the keeper's `backfill/` directory, of the local executor's state
+directory or the Slurm executor's log directory, read at scrape time; absent without one):
 
     jpushare_backfill_servers                              gauge, servers running now
     jpushare_backfill_gpu_seconds_total{on}                counter, on: reserved | idle: GPU-

@@ -117,7 +117,15 @@ def test_the_simulator_reports_the_same_watch_list_for_the_same_history(api: Api
         TraceJob("1", 0.0, 100.0, 2, "alpha", None, None, frozenset(), None),
         TraceJob("2", 0.0, 10.0, 4, "beta", None, None, frozenset(), None),
     ]
-    simulated = summary(simulate(cluster, trace, "reservation"))["watch"]
+    doc = summary(simulate(cluster, trace, "reservation"))
+    simulated = doc["watch"]
+    # The LLM backfill split: the same reserved GPU-hours (2 GPUs x 100 s); the simulator's
+    # keeper serves them all, the service ran none (its figures are the keeper's own).
+    served = service.pop("backfill")
+    assert served["reserved_gpu_hours"] == pytest.approx(200 / 3600, abs=1e-6)
+    assert doc["backfill"]["reserved_gpu_hours"] == served["reserved_gpu_hours"]
+    assert doc["backfill"]["backfill_reserved_gpu_hours"] == served["reserved_gpu_hours"]
+    assert (served["backfill_reserved_gpu_hours"], served["keeper_since"]) == (0.0, None)
     want, got = flat(simulated), flat(service)
     assert want.keys() == got.keys()
     for key, value in want.items():

@@ -61,11 +61,22 @@ def test_the_running_servers_are_listed_and_a_yielded_one_is_not(
         assert sorted(by_gpus) == [(0,), (1,), (2,), (3,)]
         assert by_gpus[(2,)]["url"] == f"http://127.0.0.1:{settings.port_base + 2}"
         assert by_gpus[(2,)]["node"] == "node-b" and by_gpus[(2,)]["tier"] == "rtx4090"
+        # /v1/placements says how many GPUs LLM backfill holds ("LLM" in the CLI, the page).
+        (place,) = [
+            p
+            for p in api.get("/v1/placements").json()["data"]
+            if (p["node"], p["tier"]) == ("node-b", "rtx4090")
+        ]
+        assert (place["llm_gpus"], place["llm_backfill_gpus"]) == (4, 4)
         # A research job takes GPUs 0-1: their servers go, the others stay listed.
         executor.submit(LaunchSpec("7", 1, "r", "sleep 30", "node-b", "rtx4090", 2))
         body = api.get("/v1/backfill").json()
         assert sorted(tuple(s["gpus"]) for s in body["data"]) == [(2,), (3,)]
         assert (body["yields"]["count"], body["yields"]["gpus"]) == (1, 2)
+        llm = {
+            (p["node"], p["tier"]): p["llm_gpus"] for p in api.get("/v1/placements").json()["data"]
+        }
+        assert llm[("node-b", "rtx4090")] == 2
         assert body["yields"]["max_seconds"] is not None
         keeper.tick()  # GPU-seconds: from the first tick to this one
         scraped = api.client.get("/metrics").text

@@ -35,6 +35,10 @@ def test_stats_reports_a_cancelled_reservation_as_failed(
         "filled 0, swap 0, still held 0"
     )
     assert lines[2] == "hold: mean 0s, p95 0s, max 0s (1 released)"
+    # Held for no time, and no backfill keeper here: nothing reserved, nothing served.
+    assert any(
+        line.startswith("LLM backfill: 0.00 of 0.00 reserved GPU-hours served") for line in lines
+    )
     assert "failed reservations per lab:" in lines
     assert any(line.split() == ["beta", "1", "1", "100.0%"] for line in lines)
     assert any(line.split()[:3] == ["4", "1", "-"] for line in lines)  # ran nothing: no burden

@@ -67,6 +67,9 @@ def spec(**changes: object) -> LaunchSpec:
 
 
 def make(tmp_path: Path, slurm: ScriptedSlurm, **kwargs: object) -> SlurmExecutor:
+    """An executor on the scripted runner; no backfill partition unless a test names one
+    (test_slurm_backfill.py: the squeue of the backfill jobs around sinfo)."""
+    kwargs.setdefault("backfill_partition", None)
     return SlurmExecutor(tmp_path / "logs", runner=slurm, **kwargs)  # type: ignore[arg-type]
 
 

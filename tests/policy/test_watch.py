@@ -114,3 +114,41 @@ def test_over_time_buckets_reservations_by_start_with_empty_buckets_kept() -> No
     assert buckets[2].hold.count == 1  # the held one has no hold yet
     with pytest.raises(ValueError):
         watch_over_time(SPANS, 0.0)
+
+
+def test_reserved_gpu_seconds_are_each_reservation_held_inside_the_window() -> None:
+    from jpushare.policy.watch import reserved_gpu_s
+
+    # Over [0, 250]: 2x10 + 4x100 + 1x20 + 3x40 + 2x30 + 1x10 (held: until 250) = 630.
+    assert reserved_gpu_s(SPANS, 0.0, 250.0) == 630.0
+    # Over [50, 100]: only the filled one (4 x 50) and the swap one (3 x 20).
+    assert reserved_gpu_s(SPANS, 50.0, 100.0) == 260.0
+    # A reservation that absorbed: 2 GPUs from 0 s, 3 from 40 s, released at 100 s.
+    grown = ReservationSpan("6", "A", "t", 3, 0.0, 100.0, R.FILLED, ((0.0, 2), (40.0, 3)))
+    assert reserved_gpu_s([grown], 0.0, 1000.0) == 2 * 40 + 3 * 60
+    assert reserved_gpu_s([grown], 50.0, 1000.0) == 3 * 50
+
+
+def test_the_backfill_split_says_how_much_reserved_time_backfill_served() -> None:
+    from jpushare.policy.watch import BackfillTotals, backfill_split
+
+    totals = BackfillTotals(
+        reserved_served_gpu_s=315.0,
+        idle_served_gpu_s=3600.0,
+        idle_gpu_s=7200.0,
+        yields=4,
+        yield_seconds_sum=10.0,
+        yield_seconds_max=5.0,
+        since=0.0,
+    )
+    d = backfill_split(SPANS, 0.0, 250.0, totals).as_dict()
+    assert d["reserved_gpu_hours"] == pytest.approx(630 / 3600, abs=1e-6)
+    assert d["served_share_of_reserved"] == 0.5
+    assert (d["backfill_idle_gpu_hours"], d["idle_gpu_hours"]) == (1.0, 2.0)
+    assert (d["yields"], d["yield_mean_s"], d["yield_max_s"]) == (4, 2.5, 5.0)
+    none = backfill_split([], 0.0, 250.0, BackfillTotals()).as_dict()
+    assert (none["served_share_of_reserved"], none["yield_mean_s"], none["keeper_since"]) == (
+        None,
+        None,
+        None,
+    )

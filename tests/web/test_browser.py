@@ -255,12 +255,13 @@ def test_the_watch_list_page_shows_the_apis_figures_and_a_chart_per_day(
     api = visit.served.api("/v1/stats/watch")
     texts = {
         k: visit.page.locator(f'#watch [data-field="{k}"]').inner_text()
-        for k in ("failed_rate", "hold_mean", "reservation_share")
+        for k in ("failed_rate", "hold_mean", "reservation_share", "backfill_served")
     }
     assert texts == {
         "failed_rate": percent(api["reservations"]["failed_rate"]),
         "hold_mean": duration(api["hold_s"]["mean"]),
         "reservation_share": percent(api["usage"]["reservation_share"]),
+        "backfill_served": percent(api["backfill"]["served_share_of_reserved"]),
     }
     assert attrs(visit, "#sizes tbody tr", "gpus", "jobs", "burden") == [
         {"gpus": gpus, "jobs": str(c["jobs"]), "burden": str(c["burden"])}

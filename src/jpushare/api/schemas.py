@@ -543,7 +543,9 @@ class PlacementPublic(BaseModel):
 
     `idle` GPUs are free for research jobs now; `reserved` ones are closed to other research
     jobs but keep serving LLM backfill (R4); `llm_backfill_gpus` = idle + reserved is what
-    the router may use until it is told to yield.
+    the router may use until it is told to yield; `llm_gpus` of them an LLM backfill server
+    holds now (the keeper's servers, local or Slurm jobs of the backfill partition: "LLM" in
+    `jpushare placements` and on the dashboard).
     """
 
     node: str
@@ -554,6 +556,7 @@ class PlacementPublic(BaseModel):
     reserved: int
     idle: int
     llm_backfill_gpus: int
+    llm_gpus: int = 0
     schedulable: bool
     node_state: str
     node_state_reason: str | None
@@ -770,6 +773,23 @@ class WatchUsagePublic(BaseModel):
     reservation_share: float | None = Field(description="reservation / charged")
 
 
+class WatchBackfillPublic(BaseModel):
+    """LLM backfill (issue 22): GPU-hours reserved in the window, and what the backfill
+    keeper measured since `keeper_since` (its first tick; null: no keeper ran here)."""
+
+    reserved_gpu_hours: float
+    backfill_reserved_gpu_hours: float
+    backfill_idle_gpu_hours: float
+    idle_gpu_hours: float = Field(description="no research job and no backfill server")
+    served_share_of_reserved: float | None = Field(
+        description="backfill on reserved GPUs / reserved GPU-hours (capped at 1)"
+    )
+    yields: int
+    yield_mean_s: float | None = Field(description="research dispatch -> its GPUs free")
+    yield_max_s: float | None
+    keeper_since: float | None = Field(description="UNIX seconds")
+
+
 class SizeClassPublic(BaseModel):
     """The ended jobs of one size (GPUs asked for)."""
 
@@ -792,6 +812,7 @@ class WatchPublic(BaseModel):
     hold_s: HoldPublic
     usage: WatchUsagePublic
     by_gpus: dict[str, SizeClassPublic] = Field(description="keyed by GPU count")
+    backfill: WatchBackfillPublic | None = None
 
 
 class ErrorBody(BaseModel):

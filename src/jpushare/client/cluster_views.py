@@ -60,11 +60,12 @@ def placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetime
                     p["busy"],
                     p["reserved"],
                     p["idle"],
+                    p.get("llm_gpus", 0),
                     state,
                     held_by(p["reservations"]),
                 )
             )
-        headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "STATE")
+        headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "LLM", "STATE")
         print(table((*headers, "RESERVED FOR"), rows), file=out)
     return result
 
@@ -116,6 +117,19 @@ def stats(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> 
             f" {amount(u['charged_tflop_s'])} TFLOP-s charged for {u['ended_jobs']} ended jobs",
             file=out,
         )
+        b = w.get("backfill")
+        if b is not None:
+            print(
+                f"LLM backfill: {b['backfill_reserved_gpu_hours']:.2f} of"
+                f" {b['reserved_gpu_hours']:.2f} reserved GPU-hours served"
+                f" ({_share(b['served_share_of_reserved'])}),"
+                f" {b['backfill_idle_gpu_hours']:.2f} on idle GPUs,"
+                f" {b['idle_gpu_hours']:.2f} idle with nothing running;"
+                f" {b['yields']} yields (mean {duration(b['yield_mean_s'])},"
+                f" max {duration(b['yield_max_s'])})"
+                + ("" if b["keeper_since"] is None else " — keeper totals since its start"),
+                file=out,
+            )
         labs = [
             (lab, c["started"], c["failed"], _share(c["failed_rate"]))
             for lab, c in w["reservations_by_lab"].items()

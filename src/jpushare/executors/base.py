@@ -22,7 +22,9 @@ JOB_VARIABLES = ("JPUSHARE_JOB_ID", "JPUSHARE_ATTEMPT", "JPUSHARE_JOB_NAME", "JP
 class GpuGroup:
     """GPUs of one model on one node, as the executor sees them: one placement's raw facts.
 
-    `used` counts every GPU a job holds, JPU-Share's or not (SPEC: foreign jobs are busy).
+    `used` counts every GPU a job holds, JPU-Share's or not (SPEC: foreign jobs are busy),
+    except LLM backfill's: `backfill` counts those (they yield to research jobs: free for
+    the policy, SPEC §1; on Slurm, the backfill partition's jobs Slurm preempts).
     """
 
     node: str
@@ -31,6 +33,7 @@ class GpuGroup:
     used: int
     state: NodeState
     partitions: tuple[str, ...] = ()
+    backfill: int = 0
 
 
 class RunState(StrEnum):

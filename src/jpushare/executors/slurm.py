@@ -33,6 +33,9 @@ How a run maps onto Slurm:
   type that is not in it is its own tier name. `inventory` reports tier names (the
   dispatcher never sees a GRES type); `submit` accepts a tier name or a GRES type in
   `spec.gpu_type`;
+- LLM backfill (`slurm_backfill`): jobs of the backfill partition (`backfill_partition`)
+  are preempted by Slurm for research jobs; `inventory` leaves the GPUs they hold out of
+  `used` (they are free for research, SPEC §1) and out of the node's partitions;
 - a run squeue has forgotten (it ended more than `MinJobAge` ago, e.g. while the service
   was down): `lost_run` asks `sacct`; where accounting is disabled (no slurmdbd: sacct
   exits 1 "Slurm accounting storage is disabled") or has no record, the run is reported
@@ -71,6 +74,7 @@ from jpushare.executors.output_files import (
     output_paths,
     read_tail,
 )
+from jpushare.executors.slurm_backfill import DEFAULT_PARTITION, SlurmBackfill, backfill_gpus
 from jpushare.executors.slurm_commands import (
     ALREADY_GONE,
     TRANSIENT,
@@ -127,6 +131,7 @@ class SlurmExecutor:
         timeout_s: float = 30.0,
         env: Mapping[str, str] | None = None,
         runner: CommandRunner = run_command,
+        backfill_partition: str | None = DEFAULT_PARTITION,
     ) -> None:
         """
         log_dir: where job output goes; must be readable here and writable on the nodes.
@@ -140,6 +145,8 @@ class SlurmExecutor:
         timeout_s: how long one Slurm command may take.
         env: environment for the commands (default: this process's), e.g. SLURM_CONF.
         runner: how commands run (tests pass a fake).
+        backfill_partition: the partition of the LLM backfill jobs research jobs preempt
+            (None: none); a cluster without it simply has no backfill jobs.
         """
         self.log_dir = Path(log_dir)
         self.name_prefix = name_prefix
@@ -171,6 +178,7 @@ class SlurmExecutor:
         self._env = {**base_env, "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
         # What sbatch itself needs from the service's environment for a job with its own.
         self._sbatch_needs = {k: v for k, v in base_env.items() if k in ("SLURM_CONF", "PATH")}
+        self.backfill = SlurmBackfill(self, backfill_partition) if backfill_partition else None
 
     # ------------------------------------------------------------------ commands
 
@@ -223,23 +231,47 @@ class SlurmExecutor:
     # ------------------------------------------------------------------ Executor
 
     def inventory(self) -> list[GpuGroup]:
-        """One group per node and GRES type; `used` counts every job's GPUs (`GresUsed`)."""
+        """One group per node and GRES type; `used` counts every job's GPUs (`GresUsed`)
+        but those the backfill partition's jobs hold (`GpuGroup.backfill`: Slurm preempts
+        them for a research job, so they are free for it, SPEC §1).
+
+        The backfill jobs are read before and after sinfo, and only those in both are
+        taken out: a backfill job that started or ended between the reads may or may not
+        be in GresUsed, and counting it busy is the safe side (a cycle's delay at worst;
+        taking out GPUs sinfo did not count would hand a research job GPUs someone holds).
+        """
+        before = self._backfill_holding()
         out = self._checked([self.commands.sinfo, "-h", "-N", "-O", SINFO_FORMAT])
+        nodes = parse_sinfo(out)
+        after = self._backfill_holding() if before else {}
+        held = backfill_gpus(
+            (job for sid, job in after.items() if sid in before),
+            {n.name: tuple(n.gpus) for n in nodes},
+        )
+        hidden = (self.backfill.partition,) if self.backfill else ()
         groups: list[GpuGroup] = []
-        for node in parse_sinfo(out):
+        for node in nodes:
             for gres_type, total in sorted(node.gpus.items(), key=lambda kv: kv[0] or ""):
-                used = node.gpus_used.get(gres_type, 0)
+                used = min(node.gpus_used.get(gres_type, 0), total)
+                backfill = min(held.get((node.name, gres_type), 0), used)
                 groups.append(
                     GpuGroup(
                         node=node.name,
                         gpu_type=self.tier_of(gres_type or "gpu"),  # untyped GRES: `gpu:N`
                         total=total,
-                        used=min(used, total),
+                        used=used - backfill,
                         state=node.state,
-                        partitions=node.partitions,
+                        partitions=tuple(p for p in node.partitions if p not in hidden),
+                        backfill=backfill,
                     )
                 )
         return groups
+
+    def _backfill_holding(self) -> dict[str, SlurmJob]:
+        """Slurm id -> job, of the backfill partition's jobs holding GPUs now."""
+        if self.backfill is None:
+            return {}
+        return {j.slurm_id: j for j in self.backfill.holding()}
 
     def submit(self, spec: LaunchSpec) -> str:
         """sbatch the run pinned to its placement, unless a run of that name exists already.

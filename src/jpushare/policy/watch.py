@@ -15,7 +15,14 @@ Definitions (all over the records passed in, i.e. over the caller's window):
 - **reservation share**: reservation cost ÷ everything charged, over ended jobs;
 - **multi-GPU burden** per job size (GPUs asked for): charged TFLOP-s ÷ run TFLOP-s over
   the class's ended jobs (1.0 = no burden; the excess is reservation cost), and the mean
-  wait (submission to first start) of those of them that ever started.
+  wait (submission to first start) of those of them that ever started;
+- **LLM backfill split** (issue 22, `backfill_split`): GPU-hours reserved in the window
+  (each reservation's GPUs × its time held inside it), and what the backfill keeper
+  measured: GPU-hours it served on reserved GPUs and on idle ones, GPU-hours idle with
+  nothing running, and its yields (research dispatch -> GPUs free: count, mean, max). The
+  keeper's totals run since its own start (`keeper_since`), not over the window. In the
+  simulator a keeper serves every GPU no research job runs on: reserved GPU-hours are
+  backfill GPU-hours, and nothing of an open node is idle unserved.
 """
 
 from __future__ import annotations
@@ -43,6 +50,21 @@ class ReservationSpan:
     started_at: float  # seconds on the caller's clock
     ended_at: float | None = None
     reason: ReleaseReason | None = None
+    # (time, GPUs held from then) from its start, when its size changed (absorptions);
+    # empty: `gpus` throughout
+    steps: tuple[tuple[float, int], ...] = ()
+
+    def gpu_s(self, start: float, end: float) -> float:
+        """GPU-seconds it held inside [start, end] (still held: until `end`)."""
+        stop = min(end if self.ended_at is None else self.ended_at, end)
+        steps = self.steps or ((self.started_at, self.gpus),)
+        total = 0.0
+        for (t, n), nxt in zip(steps, (*steps[1:], None), strict=True):
+            lo = max(t, start)
+            hi = stop if nxt is None else min(nxt[0], stop)
+            if hi > lo:
+                total += n * (hi - lo)
+        return total
 
     @property
     def hold_s(self) -> float | None:
@@ -242,6 +264,62 @@ def watch_figures(
         reservation_share=reserved / charged if charged > 0 else None,
         by_gpus=size_classes(jobs),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillTotals:
+    """What a backfill keeper measured (its totals files, or the simulator's model)."""
+
+    reserved_served_gpu_s: float = 0.0
+    idle_served_gpu_s: float = 0.0
+    idle_gpu_s: float = 0.0  # neither a research job nor backfill
+    yields: int = 0
+    yield_seconds_sum: float = 0.0
+    yield_seconds_max: float | None = None
+    since: float | None = None  # the keeper's first tick (None: no keeper ran)
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillSplit:
+    """The note's claim in numbers: how much of the reserved time backfill served."""
+
+    reserved_gpu_s: float  # reserved in the window (SPEC §4: charged to the reserving lab)
+    totals: BackfillTotals
+
+    @property
+    def served_share(self) -> float | None:
+        """Backfill's reserved GPU-seconds ÷ reserved GPU-seconds (both the keeper's
+        window: meaningful when the keeper ran through the watch window)."""
+        if self.reserved_gpu_s <= 0:
+            return None
+        return min(1.0, self.totals.reserved_served_gpu_s / self.reserved_gpu_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.totals
+        hours = 1 / 3600
+        return {
+            "reserved_gpu_hours": round(self.reserved_gpu_s * hours, 6),
+            "backfill_reserved_gpu_hours": round(t.reserved_served_gpu_s * hours, 6),
+            "backfill_idle_gpu_hours": round(t.idle_served_gpu_s * hours, 6),
+            "idle_gpu_hours": round(t.idle_gpu_s * hours, 6),
+            "served_share_of_reserved": _ratio(self.served_share),
+            "yields": t.yields,
+            "yield_mean_s": _seconds(t.yield_seconds_sum / t.yields if t.yields else None),
+            "yield_max_s": _seconds(t.yield_seconds_max if t.yields else None),
+            "keeper_since": t.since,
+        }
+
+
+def reserved_gpu_s(spans: Iterable[ReservationSpan], start: float, end: float) -> float:
+    """GPU-seconds the reservations held inside [start, end] (a held one: until `end`)."""
+    return math.fsum(s.gpu_s(start, end) for s in spans)
+
+
+def backfill_split(
+    spans: Iterable[ReservationSpan], start: float, end: float, totals: BackfillTotals
+) -> BackfillSplit:
+    """The split over [start, end] (see the module docstring)."""
+    return BackfillSplit(reserved_gpu_s(spans, start, end), totals)
 
 
 @dataclass(frozen=True, slots=True)

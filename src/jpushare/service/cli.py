@@ -59,9 +59,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     backfill = sub.add_parser(
         "backfill",
-        help="keep an LLM inference server on every idle or reserved GPU (local executor)",
+        help="keep an LLM inference server on every idle or reserved GPU (local or Slurm)",
         description="Run the backfill keeper: JPUSHARE_BACKFILL_COMMAND on every GPU group "
-        "no research job holds, stopped for a job before it starts (README, LLM backfill).",
+        "no research job holds, stopped for a job before it starts; on Slurm as jobs of the "
+        "backfill partition that research jobs preempt (README, LLM backfill).",
     )
     backfill.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     backfill.set_defaults(func=_backfill)

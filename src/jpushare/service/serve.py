@@ -86,6 +86,7 @@ def build_executor(
             name_prefix=settings.slurm_prefix,
             sbatch_args=settings.slurm_sbatch_args,
             submit_as_user=settings.slurm_submit_as_user,
+            backfill_partition=settings.slurm_backfill_partition,
         )
         check_foreign_runs(slurm, sessions)
         return slurm
@@ -407,7 +408,7 @@ def _maybe_keeper(
 
     backfill = load_backfill_settings()
     keeper = keeper_for(settings, backfill, executor, sessions)
-    log.info("backfill keeper: %d groups: %s", len(keeper.groups), backfill.command)
+    log.info("backfill keeper (%s): %s", settings.executor, backfill.command)
     return start_keeper_thread(keeper, backfill.interval_s, stop)
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from jpushare.policy.watch import (
     FAILED_REASONS,
+    BackfillSplit,
+    BackfillTotals,
     EndedJob,
     ReservationSpan,
     percentile,
@@ -159,6 +161,34 @@ def watch(result: SimResult) -> dict[str, Any]:
     return watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
 
 
+def idle_up_gpu_s(result: SimResult, start: float, end: float) -> float:
+    """GPU-seconds of open nodes that neither ran nor reserved in [start, end] (the GPU
+    timeline is a step function: each sample holds until the next)."""
+    samples = result.gpu_timeline
+    total = 0.0
+    for s, nxt in zip(samples, (*samples[1:], None)[: len(samples)], strict=True):
+        lo = max(s.t, start)
+        hi = end if nxt is None else min(nxt.t, end)
+        if hi > lo:
+            total += max(0, s.up - s.running - s.reserved) * (hi - lo)
+    return total
+
+
+def backfill(result: SimResult, start: float, end: float) -> dict[str, Any]:
+    """summary.json's `backfill` object: the watch-list's LLM backfill split with a keeper
+    that serves every GPU no research job runs on (the replay's model of `jpushare
+    backfill`): its reserved GPU-hours are the reserved ones, its idle ones every idle
+    GPU-hour of an open node, and nothing is idle unserved. No yields: the simulator
+    starts a job on GPUs backfill holds at once (yield latency 0)."""
+    totals = BackfillTotals(
+        reserved_served_gpu_s=result.reserved_gpu_s,  # the replay's own integral: exact
+        idle_served_gpu_s=idle_up_gpu_s(result, start, end),
+        idle_gpu_s=0.0,
+        since=start,
+    )
+    return BackfillSplit(result.reserved_gpu_s, totals).as_dict()
+
+
 def summary(result: SimResult) -> dict[str, Any]:
     """The summary.json document."""
     jobs = result.jobs
@@ -216,6 +246,7 @@ def summary(result: SimResult) -> dict[str, Any]:
             "mean_hold_s": round(math.fsum(holds) / len(holds), 3) if holds else None,
         },
         "watch": watch(result),
+        "backfill": backfill(result, min(first_submit, last_end), last_end),
         "lab_usage_start": {k: round(v, 3) for k, v in sorted(result.initial_lab_usage.items())},
         "lab_usage": {k: round(v, 3) for k, v in sorted(result.lab_usage.items())},
         "jain_fairness": None if jain is None else round(jain, 6),
@@ -369,6 +400,31 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
     return header, rows
 
 
+def backfill_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The LLM backfill split, one row per policy: reserved GPU-hours (all served by the
+    replay's keeper), backfill GPU-hours on idle GPUs, idle unserved."""
+    header = [
+        "policy",
+        "reserved GPU-h (served by backfill)",
+        "backfill on idle GPU-h",
+        "idle unserved GPU-h",
+    ]
+    rows = []
+    for s in summaries:
+        b = s.get("backfill")
+        if b is None:
+            continue
+        rows.append(
+            [
+                run_label(s),
+                f"{b['backfill_reserved_gpu_hours']:.1f}",
+                f"{b['backfill_idle_gpu_hours']:.1f}",
+                f"{b['idle_gpu_hours']:.1f}",
+            ]
+        )
+    return header, rows
+
+
 def lab_failure_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Failed reservations per lab (failed / started), one column per policy that
     reserved at all; empty when none did."""
@@ -408,6 +464,9 @@ def comparison_text(
         table(*wait_rows(summaries)),
         table(*watch_rows(summaries)),
     ]
+    header, rows = backfill_rows(summaries)
+    if rows:
+        parts.append(table(header, rows))
     header, rows = lab_failure_rows(summaries)
     if rows:
         parts.append(table(header, rows))

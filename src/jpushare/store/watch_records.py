@@ -5,7 +5,8 @@ on, the same records the simulator builds from its replay:
 
 - every reservation that *started* in the window (a `reservation_started` event), with its
   size when it ended (`absorbed` totals) and its release (`released` event, detail.reason),
-  or none if it was still held at `until`;
+  or none if it was still held at `until`, and its size over time (`steps`: the start and
+  each absorption), for the GPU-seconds it held;
 - every job that *ended* (COMPLETED, FAILED, CANCELLED) in the window, with its run cost,
   reservation cost and what was charged to its lab; its wait runs from submission to its
   first `dispatched` event (the simulator starts a job when it dispatches it).
@@ -68,6 +69,7 @@ def load_reservation_spans(
                 "tier": str(d.get("tier", "")),
                 "gpus": int(d.get("gpus", 0)),
                 "started_at": to_epoch(at),
+                "steps": [(to_epoch(at), int(d.get("gpus", 0)))],
             }
             continue
         span = open_span.get(job_id)
@@ -75,6 +77,7 @@ def load_reservation_spans(
             continue  # it started before the window
         if kind == EventKind.ABSORBED.value:
             span["gpus"] = int(d.get("total", span["gpus"]))
+            span["steps"].append((to_epoch(at), span["gpus"]))
             continue
         del open_span[job_id]
         spans.append(
@@ -86,12 +89,18 @@ def load_reservation_spans(
                 span["started_at"],
                 to_epoch(at),
                 _reason(d.get("reason")),
+                tuple(span["steps"]),
             )
         )
     for job_id, span in open_span.items():
         spans.append(
             ReservationSpan(
-                policy_id(job_id), span["lab"], span["tier"], span["gpus"], span["started_at"]
+                policy_id(job_id),
+                span["lab"],
+                span["tier"],
+                span["gpus"],
+                span["started_at"],
+                steps=tuple(span["steps"]),
             )
         )
     spans.sort(key=lambda s: (s.started_at, store_job_id(s.job_id)))

@@ -7,8 +7,11 @@ its upstream list from this answer stops sending it requests before the server e
 Beside them, the figures of issue 22 / SPEC §6: yields (count, GPUs, latency) and the
 GPU-hours served on reserved and idle GPUs, and idle with nothing running.
 
-On Slurm the servers are Slurm jobs of the backfill QOS: none is listed here (the lab's
-router finds them through Slurm), and `source` says so.
+On Slurm the servers are Slurm jobs of the backfill partition that research jobs preempt
+(`backfill.slurm_keeper`): the keeper writes the same records and totals, under the Slurm
+executor's log directory (`<log dir>/backfill/`), for its running jobs, each with the GPUs
+Slurm gave it and `http://<node>:<port>`; `source` is "slurm". Their yields are Slurm's
+preemptions: a research job's sbatch -> start, in Slurm's whole seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from jpushare.executors.backfill_servers import (
     read_yield_stats,
 )
 from jpushare.metrics import BackfillFigures
+from jpushare.policy.watch import BackfillTotals
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -66,7 +70,7 @@ class BackfillUsagePublic(BaseModel):
 
 
 class BackfillPublic(BaseModel):
-    source: str  # "local" (the keeper's servers) | "none" (no local executor here)
+    source: str  # "local" | "slurm" (the keeper's servers) | "none" (no keeper directory)
     data: list[BackfillServerPublic]
     count: int
     yields: BackfillYieldsPublic
@@ -77,8 +81,8 @@ def _at(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, UTC)
 
 
-def backfill_public(directory: Path | None) -> BackfillPublic:
-    """The answer for a keeper's directory (None: no local executor)."""
+def backfill_public(directory: Path | None, source: str = "local") -> BackfillPublic:
+    """The answer for a keeper's directory (None: no executor with one)."""
     servers = [] if directory is None else load_all(directory)
     data = [
         BackfillServerPublic(
@@ -96,7 +100,7 @@ def backfill_public(directory: Path | None) -> BackfillPublic:
     n = int(stats["count"])
     usage = read_usage(directory)
     return BackfillPublic(
-        source="none" if directory is None else "local",
+        source="none" if directory is None else source,
         data=data,
         count=len(data),
         yields=BackfillYieldsPublic(
@@ -116,13 +120,53 @@ def backfill_public(directory: Path | None) -> BackfillPublic:
 
 
 def keeper_dir_of(executor: object) -> Path | None:
-    """The backfill directory of a local executor (None: another executor, or none)."""
+    """The backfill directory of a local executor (its state directory's) or of a Slurm
+    executor with a backfill partition (its log directory's); None: another, or none."""
     state_dir = getattr(executor, "state_dir", None)
-    return backfill_dir(state_dir) if isinstance(state_dir, Path) else None
+    if isinstance(state_dir, Path):
+        return backfill_dir(state_dir)
+    log_dir = getattr(executor, "log_dir", None)
+    if isinstance(log_dir, Path) and getattr(executor, "backfill", None) is not None:
+        return log_dir / "backfill"
+    return None
+
+
+def keeper_source(executor: object) -> str:
+    return "local" if isinstance(getattr(executor, "state_dir", None), Path) else "slurm"
+
+
+def serving_by_placement(executor: object) -> dict[tuple[str, str], int]:
+    """(node, tier) -> GPUs the keeper's running servers hold now (its records)."""
+    directory = keeper_dir_of(executor)
+    out: dict[tuple[str, str], int] = {}
+    if directory is None:
+        return out
+    for r in load_all(directory):
+        if r.state == RUNNING:
+            key = (r.node, r.gpu_type)
+            out[key] = out.get(key, 0) + max(len(r.gpu_indices), 1)
+    return out
 
 
 def keeper_dir(ctx: ContextDep) -> Path | None:
     return keeper_dir_of(ctx.executor)
+
+
+def keeper_totals(directory: Path | None) -> BackfillTotals:
+    """The keeper's totals as the watch-list's record (zeros, since None: no keeper)."""
+    if directory is None:
+        return BackfillTotals()
+    stats = read_yield_stats(directory)
+    usage = read_usage(directory)
+    return BackfillTotals(
+        reserved_served_gpu_s=usage.backfill_reserved_gpu_s,
+        idle_served_gpu_s=usage.backfill_idle_gpu_s,
+        idle_gpu_s=usage.idle_gpu_s,
+        yields=int(stats["count"]),
+        yield_seconds_sum=stats["seconds_sum"],
+        yield_seconds_max=stats["seconds_max"],
+        since=usage.since,
+    )
 
 
 def backfill_figures(directory: Path) -> BackfillFigures:
@@ -146,4 +190,4 @@ def backfill(user: CurrentUser, ctx: ContextDep) -> BackfillPublic:
     """The LLM backfill servers running now (node, tier, GPUs, URL, since), the yields so
     far and the GPU-hours backfill served on reserved and on idle GPUs. A server being
     stopped for a research job is no longer listed."""
-    return backfill_public(keeper_dir(ctx))
+    return backfill_public(keeper_dir(ctx), keeper_source(ctx.executor))

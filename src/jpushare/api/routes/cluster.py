@@ -11,6 +11,7 @@ from jpushare import store
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.metric_figures import placement_counts
 from jpushare.api.privacy import for_viewer
+from jpushare.api.routes.backfill import serving_by_placement
 from jpushare.api.schemas import (
     MAX_QUEUE_LIMIT,
     ErrorPublic,
@@ -78,6 +79,7 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
     nodes = {n.name: n for n in store.list_nodes(session)}
     tflops = {t.name: t.tflops for t in store.list_tiers(session)}
     held = held_reservations(session)
+    serving = serving_by_placement(ctx.executor)
     by_place: dict[tuple[str, str], list[PlacementReservation]] = defaultdict(list)
     for r in held:
         by_place[(r.node, r.tier)].append(
@@ -97,6 +99,7 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
                 reserved=counts.reserved,
                 idle=counts.idle,
                 llm_backfill_gpus=counts.idle + counts.reserved if p.schedulable else 0,
+                llm_gpus=min(serving.get(p.key, 0), counts.idle + counts.reserved),
                 schedulable=p.schedulable,
                 node_state=node.state if node else "unknown",
                 node_state_reason=node.state_reason if node else None,

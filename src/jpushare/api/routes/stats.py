@@ -10,9 +10,11 @@ from fastapi import APIRouter, Query
 
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
-from jpushare.api.schemas import ErrorPublic, WatchPublic
+from jpushare.api.routes.backfill import keeper_dir, keeper_totals
+from jpushare.api.schemas import ErrorPublic, WatchBackfillPublic, WatchPublic
 from jpushare.api.time_window import parse_when
-from jpushare.policy.watch import watch_figures
+from jpushare.policy.watch import backfill_split, watch_figures
+from jpushare.store.times import to_epoch
 from jpushare.store.watch_records import load_watch_records
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -72,8 +74,9 @@ def watch(
 ) -> WatchPublic:
     """The operational watch-list (SPEC §10) from `since` to `until` (default now): failed
     reservations (R3, R5, cancel) overall and per lab, reservation hold, reservation share
-    of the usage charged, and per job size the burden (charged / run TFLOP-s) and the mean
-    wait."""
+    of the usage charged, per job size the burden (charged / run TFLOP-s) and the mean
+    wait, and the LLM backfill split: reserved GPU-hours in the window, and the GPU-hours the
+    backfill keeper served on reserved and on idle GPUs, idle GPU-hours and its yields."""
     now = ctx.clock()
     try:
         start = parse_since(since, now)
@@ -91,4 +94,10 @@ def watch(
             {"field": "until", "value": until},
         )
     spans, ended = load_watch_records(session, start, end)
-    return WatchPublic(since=start, until=end, **watch_figures(spans, ended).as_dict())
+    split = backfill_split(spans, to_epoch(start), to_epoch(end), keeper_totals(keeper_dir(ctx)))
+    return WatchPublic(
+        since=start,
+        until=end,
+        **watch_figures(spans, ended).as_dict(),
+        backfill=WatchBackfillPublic(**split.as_dict()),
+    )
