@@ -135,8 +135,12 @@ def decide(
         assert res is not None
         tier = tiers.get(res.tier)
         if now > res.last_accrued_at:
+            # GPUs lent out are the borrower's run cost, never also the reservation's.
             cost = reservation_accrual(
-                res.gpus, res.last_accrued_at, now, tier.tflops if tier else 0.0
+                res.gpus - lent.get(job.job_id, 0),
+                res.last_accrued_at,
+                now,
+                tier.tflops if tier else 0.0,
             )
             accruals.append(AccrueReservation(job.job_id, cost, now))
         p = by_key.get((res.node, res.tier))

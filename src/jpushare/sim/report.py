@@ -19,6 +19,7 @@ from jpushare.policy.watch import (
     FAILED_REASONS,
     EndedJob,
     ReservationSpan,
+    lending_figures,
     percentile,
     watch_figures,
 )
@@ -155,8 +156,11 @@ def ended_jobs(result: SimResult) -> list[EndedJob]:
 
 
 def watch(result: SimResult) -> dict[str, Any]:
-    """summary.json's `watch` object: SPEC §10 over the whole replay."""
-    return watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
+    """summary.json's `watch` object: SPEC §10 over the whole replay, and the lending
+    figures (all zero unless `--reserved-gpus lend-by-limit`)."""
+    doc = watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
+    doc["lending"] = lending_figures(result.lent_runs, result.lent_waits).as_dict()
+    return doc
 
 
 def summary(result: SimResult) -> dict[str, Any]:
@@ -197,6 +201,7 @@ def summary(result: SimResult) -> dict[str, Any]:
     return {
         "policy": result.policy,
         "placement": result.placement,
+        "reserved_gpus": result.reserved_gpus,
         "cycle_s": result.cycle_s,
         "jobs": len(jobs),
         "states": states,
@@ -346,6 +351,9 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
         "reservation share",
     ]
     header += [f"{g} GPU{'s' if g > 1 else ''}: burden / mean wait" for g in gpu_counts]
+    lends = any(s["watch"].get("lending", {}).get("loans") for s in summaries)
+    if lends:
+        header += ["lent GPU-h", "top job waited for lent GPUs: n / mean / total"]
     rows = []
     for s in summaries:
         w = s["watch"]
@@ -364,6 +372,13 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
             c = w["by_gpus"].get(str(g))
             row.append(
                 "-" if c is None else f"{_burden(c['burden'])} / {fmt_duration(c['mean_wait_s'])}"
+            )
+        if lends:
+            ln = s["watch"].get("lending", {})
+            row.append(f"{ln.get('lent_gpu_hours', 0.0):.1f}")
+            row.append(
+                f"{ln.get('top_job_waits', 0)} / {fmt_duration(ln.get('wait_mean_s'))}"
+                f" / {fmt_duration(ln.get('wait_total_s'))}"
             )
         rows.append(row)
     return header, rows
