@@ -121,6 +121,10 @@ class JobRecord:
     error_path: str | None = None
     cpus_per_gpu: int | None = None
     mem_per_gpu_mb: int | None = None
+    # Lending (revision 0009): the current (or last) attempt runs on GPUs lent from this
+    # job's reservation, until the end of its own time limit.
+    lent_from_job_id: int | None = None
+    lent_until: datetime | None = None
 
     @property
     def policy_id(self) -> JobId:

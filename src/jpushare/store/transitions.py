@@ -79,6 +79,7 @@ class LockedJob:
     reservation_since: datetime | None
     reservation_last_accrued_at: datetime | None
     reservation_gpu_seconds: float
+    lent_from_job_id: int | None = None  # its run is on GPUs lent from this job's reservation
 
 
 _LOCK_COLUMNS = (
@@ -99,6 +100,7 @@ _LOCK_COLUMNS = (
     Job.reservation_since,
     Job.reservation_last_accrued_at,
     Job.reservation_gpu_seconds,
+    Job.lent_from_job_id,
 )
 
 
