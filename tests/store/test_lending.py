@@ -52,7 +52,9 @@ def test_a_lent_run_is_recorded_loaded_and_charged_once(world: World) -> None:
     d = lend_cycle(world, 10, {**ALL_BUSY, C4090: 2})
     assert d.actions == (
         StartReservation(str(big), "node-c", "rtx4090", 2),
-        Dispatch(str(short), "node-c", "rtx4090", 1, lent_from=str(big), lent_until=at(70).timestamp()),
+        Dispatch(
+            str(short), "node-c", "rtx4090", 1, lent_from=str(big), lent_until=at(70).timestamp()
+        ),
     )
     with world.sessions.begin() as s:
         lent = store.get_job(s, short)

@@ -70,6 +70,11 @@ class WhyTable(Mapping[str, Why]):
         self._queue_length = queue_length
         self._top_job_id = top_job_id
 
+    @property
+    def top_job_id(self) -> JobId:
+        """The cycle's top job (R2/R3's, SPEC decision 7); "" when every job could start."""
+        return self._top_job_id
+
     def __getitem__(self, job_id: JobId) -> Why:
         rank, num_gpus, view, reservation = self._raw[job_id]
         code = classify(rank, num_gpus, view, reservation, top=job_id == self._top_job_id)

@@ -183,7 +183,7 @@ def lent_gpus(session: Session, lenders: Iterable[int]) -> dict[int, int]:
         )
         .group_by(Job.lent_from_job_id)
     )
-    return {int(lender): int(n) for lender, n in rows}
+    return {int(lender): int(n) for lender, n in rows if lender is not None}
 
 
 def end_loans(session: Session, ends: Sequence[AppliedEnd]) -> None:

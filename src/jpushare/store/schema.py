@@ -264,7 +264,9 @@ class Job(Base):
     reservation_gpu_seconds: Mapped[float] = mapped_column(Double, server_default=text("0"))
     # The lending option (`reserved_gpus: lend-by-limit`, revision 0009): the current (or
     # last) attempt runs on GPUs lent from this job's reservation, until its time limit.
-    lent_from_job_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    lent_from_job_id: Mapped[int | None] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite")
+    )
     lent_until: Mapped[datetime | None]
 
 
