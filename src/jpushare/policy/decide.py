@@ -239,9 +239,11 @@ def decide(
     # 4. Walk the whole queue. Below the top job no job holds a reservation (R3 released
     # them all) and only a dispatch changes idle GPUs, always fewer, so a job whose (size,
     # minimum tier) class found nothing finds nothing again: `known_misses` holds those
-    # classes' views, and a dispatch drops the views it may have changed. (Under decision 7 the
+    # classes' views, and a dispatch drops the views it may have changed (`dead` keeps
+    # the classes, so a job of one does not look for GPUs again, only at its view). (Under decision 7 the
     # first job that misses becomes the top job, so no class is known before it.)
     known_misses: dict[tuple[int, int], ClassView] = {}
+    dead: set[tuple[int, int]] = set()  # classes that missed: their views may be stale
     for i, job in enumerate(queue):
         n = job.num_gpus
         cls = (n, job.min_sort_order)
@@ -252,7 +254,7 @@ def decide(
             and job.job_id != top_id
             and job.time_limit_s is not None
             and (
-                cls in known_misses
+                cls in dead
                 or index.first_to_dispatch(placement_order, n, job.min_sort_order) is None
             )
         ):
@@ -270,6 +272,8 @@ def decide(
                 )
                 continue
         missed = known_misses.get(cls)
+        if missed is None and cls in dead:  # it misses again; only what it sees changed
+            missed = known_misses[cls] = view(n, cls[1])
         if missed is not None:
             waiting.append(i)
             views.append(missed)
@@ -308,6 +312,7 @@ def decide(
                 blocking = None
             if swapped or job.job_id == top_id or _blocks(blocking, key):
                 known_misses.clear()
+                dead.clear()
             else:
                 # Only idle GPUs of `key` went, from `before`: a known class whose best idle
                 # was larger is unchanged, one whose was smaller does not fit `key`; only
@@ -341,6 +346,7 @@ def decide(
                 del kept[job.job_id]
                 blocking = None
                 known_misses.clear()
+                dead.clear()
                 if first_waiting:
                     top_id = ""  # it starts: the top job is the next that cannot (R2)
                 continue
@@ -356,6 +362,7 @@ def decide(
                 blocking = (job.job_id, res)
         # (d) wait; say why. (Only the top job reaches (b) or (c), before any class is known.)
         known_misses[cls] = v = view(n, m)
+        dead.add(cls)
         waiting.append(i)
         views.append(v)
         if res is not None:
