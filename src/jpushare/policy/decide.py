@@ -313,11 +313,11 @@ def decide(
             if swapped or job.job_id == top_id or _blocks(blocking, key):
                 known_misses.clear()
                 dead.clear()
-            else:
-                # Only idle GPUs of `key` went, from `before`: a known class whose best idle
-                # was larger is unchanged, one whose was smaller does not fit `key`; only
-                # views showing `before` may be stale. (A hundredth of the views recomputed
-                # where every dispatch cleared them all: 10k jobs x 1k placements.)
+            elif index.shelf_most(key) < before:
+                # Only idle GPUs of `key` went, from `before`, and no placement of its shelf
+                # has as many now: a known class whose best idle was larger is unchanged,
+                # one whose was smaller does not fit `key`; only views showing `before` may
+                # be stale. (Where the shelf still has `before` idle, no view changed.)
                 for c in [c for c, v in known_misses.items() if v.best_idle == before]:
                     del known_misses[c]
             if first_waiting and job.job_id == top_id:
