@@ -240,8 +240,9 @@ def decide(
     # them all) and only a dispatch changes idle GPUs, always fewer, so a job whose (size,
     # minimum tier) class found nothing finds nothing again: `known_misses` holds those
     # classes' views, and a dispatch drops the views it may have changed (`dead` keeps
-    # the classes, so a job of one does not look for GPUs again, only at its view). (Under decision 7 the
-    # first job that misses becomes the top job, so no class is known before it.)
+    # the classes, so a job of one does not look for GPUs again, only at its view).
+    # (Under decision 7 the first job that misses becomes the top job, so no class is
+    # known before it.)
     known_misses: dict[tuple[int, int], ClassView] = {}
     dead: set[tuple[int, int]] = set()  # classes that missed: their views may be stale
     for i, job in enumerate(queue):
