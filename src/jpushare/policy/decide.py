@@ -245,6 +245,8 @@ def decide(
     # known before it.)
     known_misses: dict[tuple[int, int], ClassView] = {}
     dead: set[tuple[int, int]] = set()  # classes that missed: their views may be stale
+    missed_view = known_misses.get  # bound once: the loop below runs once per queued job
+    wait, saw = waiting.append, views.append
     for i, job in enumerate(queue):
         n = job.num_gpus
         cls = (n, job.min_sort_order)
@@ -272,12 +274,12 @@ def decide(
                     )
                 )
                 continue
-        missed = known_misses.get(cls)
+        missed = missed_view(cls)
         if missed is None and cls in dead:  # it misses again; only what it sees changed
             missed = known_misses[cls] = view(n, cls[1])
         if missed is not None:
-            waiting.append(i)
-            views.append(missed)
+            wait(i)
+            saw(missed)
             continue
         m = cls[1]
         # Decision 7: a holder above the top job may still fill or swap; read literally
