@@ -14,6 +14,7 @@ as "at the next cycle", see `jpushare.api.why`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import NamedTuple
 
 from jpushare.policy.model import QueuedJob, Reservation, Why
@@ -59,10 +60,21 @@ class WhyTable(Mapping[str, Why]):
     """job id -> Why for every job still queued after a cycle; answers are built on access.
 
     Held as the cycle recorded it: the waiting jobs' positions in the ranked queue, the
-    view each saw, the reservations held; the job id -> entry index is built on the
-    first lookup (a simulator cycle never looks one up)."""
+    view each saw, the reservations held, and the tail of the queue from `tail` on, where
+    every job waits with its class's view in `tail_views`; the job id -> entry index is
+    built on the first lookup (a simulator cycle never looks one up)."""
 
-    __slots__ = ("_held", "_index", "_order", "_queue", "_top_job_id", "_views", "_waiting")
+    __slots__ = (
+        "_held",
+        "_index",
+        "_order",
+        "_queue",
+        "_tail",
+        "_tail_views",
+        "_top_job_id",
+        "_views",
+        "_waiting",
+    )
 
     def __init__(
         self,
@@ -72,6 +84,8 @@ class WhyTable(Mapping[str, Why]):
         views: list[ClassView],
         held: dict[int, Reservation],
         top_job_id: JobId,
+        tail: int | None = None,
+        tail_views: Mapping[tuple[int, int], ClassView] | None = None,
     ) -> None:
         self._queue = queue  # ranked, as `order`
         self._order = order
@@ -80,6 +94,11 @@ class WhyTable(Mapping[str, Why]):
         self._held = held  # position -> its reservation after the cycle
         self._top_job_id = top_job_id
         self._index: dict[JobId, int] | None = None
+        self._tail = len(order) if tail is None else tail
+        self._tail_views = tail_views or {}
+
+    def _ids(self) -> Iterator[JobId]:
+        return chain(map(self._order.__getitem__, self._waiting), self._order[self._tail :])
 
     @property
     def top_job_id(self) -> JobId:
@@ -88,14 +107,18 @@ class WhyTable(Mapping[str, Why]):
 
     def _entries(self) -> dict[JobId, int]:
         if self._index is None:
-            ids = map(self._order.__getitem__, self._waiting)
-            self._index = dict(zip(ids, range(len(self._waiting)), strict=True))
+            self._index = dict(zip(self._ids(), range(len(self)), strict=True))
         return self._index
 
     def __getitem__(self, job_id: JobId) -> Why:
         k = self._entries()[job_id]
-        rank = self._waiting[k]
-        view = self._views[k]
+        if k < len(self._waiting):
+            rank = self._waiting[k]
+            view = self._views[k]
+        else:  # in the tail: its class's view
+            rank = self._tail + k - len(self._waiting)
+            job = self._queue[rank]
+            view = self._tail_views[(job.num_gpus, job.min_sort_order)]
         num_gpus = self._queue[rank].num_gpus
         reservation = self._held.get(rank)
         code = classify(rank, num_gpus, view, reservation, top=job_id == self._top_job_id)
@@ -116,10 +139,10 @@ class WhyTable(Mapping[str, Why]):
         )
 
     def __iter__(self) -> Iterator[str]:
-        return map(self._order.__getitem__, self._waiting)
+        return self._ids()
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._order) - self._tail
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._entries()
