@@ -51,8 +51,7 @@ def queue_order(lab_usage: dict[str, float]) -> Callable[[QueuedJob], tuple[floa
 
 _JOB_ID = attrgetter("job_id")
 _ENTERED = attrgetter("queue_entered_at")
-_NUM = attrgetter("num_gpus")
-_MIN = attrgetter("min_sort_order")
+_CLASS = attrgetter("num_gpus", "min_sort_order")
 _RESERVATION = attrgetter("reservation")
 
 
@@ -158,7 +157,10 @@ def decide(
     kept: dict[str, Reservation] = {}
 
     # 2. Accrue every reservation up to now (into the job: lazy, SPEC §4), then R5 and R3.
-    for job in compress(queue, map(_RESERVATION, queue)):  # the jobs holding one, in order
+    # The jobs holding one, in queue order: found in the snapshot's own order (a C-speed
+    # pass over memory in allocation order), then the few ranked.
+    holders = compress(snapshot.queue, map(_RESERVATION, snapshot.queue))
+    for job in sorted(holders, key=queue_order(snapshot.lab_usage)):
         res = job.reservation
         assert res is not None
         tier = tiers.get(res.tier)
@@ -252,7 +254,7 @@ def decide(
     # Once every class of the queue has missed (and no job may borrow), nothing below can
     # start or change what the others see: the rest of the queue waits with its class's
     # view, recorded as one tail (`WhyTable`) instead of walked job by job.
-    classes = len(set(zip(map(_NUM, queue), map(_MIN, queue)))) if lending is None else -1
+    classes = len(set(map(_CLASS, snapshot.queue))) if lending is None else -1
     tail = len(queue)
     for i, job in enumerate(queue):
         n = job.num_gpus
