@@ -136,8 +136,8 @@ def test_simulate_cli_reports_the_mode_and_the_lending_figures(
     assert "reserved GPUs lend-by-limit" in text and "lent GPU-h" in text
     doc = json.loads((out / "summary.json").read_text())
     assert doc["reserved_gpus"] == "lend-by-limit"
-    assert doc["watch"]["lending"]["loans"] == 1
-    assert doc["watch"]["lending"]["lent_gpu_hours"] == round(200 / 3600, 3)
+    assert doc["lending"]["loans"] == 1
+    assert doc["lending"]["lent_gpu_hours"] == round(200 / 3600, 3)
     with pytest.raises(SystemExit) as info:
         main([*argv, "--reserved-gpus", "borrow"])
     assert info.value.code == 2 and "lend-by-limit" in capsys.readouterr().err

@@ -156,11 +156,15 @@ def ended_jobs(result: SimResult) -> list[EndedJob]:
 
 
 def watch(result: SimResult) -> dict[str, Any]:
-    """summary.json's `watch` object: SPEC §10 over the whole replay, and the lending
-    figures (all zero unless `--reserved-gpus lend-by-limit`)."""
-    doc = watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
-    doc["lending"] = lending_figures(result.lent_runs, result.lent_waits).as_dict()
-    return doc
+    """summary.json's `watch` object: SPEC §10 over the whole replay (the very document
+    of the service's GET /v1/stats/watch)."""
+    return watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
+
+
+def lending(result: SimResult) -> dict[str, Any]:
+    """summary.json's `lending` object: the watch-list's lending figures (all zero unless
+    `--reserved-gpus lend-by-limit`)."""
+    return lending_figures(result.lent_runs, result.lent_waits).as_dict()
 
 
 def summary(result: SimResult) -> dict[str, Any]:
@@ -221,6 +225,7 @@ def summary(result: SimResult) -> dict[str, Any]:
             "mean_hold_s": round(math.fsum(holds) / len(holds), 3) if holds else None,
         },
         "watch": watch(result),
+        "lending": lending(result),
         "lab_usage_start": {k: round(v, 3) for k, v in sorted(result.initial_lab_usage.items())},
         "lab_usage": {k: round(v, 3) for k, v in sorted(result.lab_usage.items())},
         "jain_fairness": None if jain is None else round(jain, 6),
@@ -351,7 +356,7 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
         "reservation share",
     ]
     header += [f"{g} GPU{'s' if g > 1 else ''}: burden / mean wait" for g in gpu_counts]
-    lends = any(s["watch"].get("lending", {}).get("loans") for s in summaries)
+    lends = any(s.get("lending", {}).get("loans") for s in summaries)
     if lends:
         header += ["lent GPU-h", "top job waited for lent GPUs: n / mean / total"]
     rows = []
@@ -374,7 +379,7 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
                 "-" if c is None else f"{_burden(c['burden'])} / {fmt_duration(c['mean_wait_s'])}"
             )
         if lends:
-            ln = s["watch"].get("lending", {})
+            ln = s.get("lending", {})
             row.append(f"{ln.get('lent_gpu_hours', 0.0):.1f}")
             row.append(
                 f"{ln.get('top_job_waits', 0)} / {fmt_duration(ln.get('wait_mean_s'))}"
