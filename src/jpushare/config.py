@@ -23,6 +23,9 @@ SQLite and the local executor. Variables:
   and start estimates project the same one
 - JPUSHARE_TOP_JOB: which job R2/R3 refer to (SPEC decision 7): `first-waiting` (the first
   job of the order that cannot start in the cycle, the default) or `first-queued` (queue[0])
+- JPUSHARE_RESERVED_GPUS: what may run on GPUs a reservation holds (SPEC "Options beyond
+  the note"): `llm-only` (R4, LLM backfill only, the default) or `lend-by-limit` (a job
+  whose time limit ends by the reservation's projected fill may run on them)
 
 For `JPUSHARE_EXECUTOR=local` (the local executor's limits on every run; ignored by Slurm):
 
@@ -88,7 +91,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jpushare.policy.options import TOP_JOBS, TopJob, parse_top_job
+from jpushare.policy.options import (
+    RESERVED_GPUS,
+    TOP_JOBS,
+    ReservedGpus,
+    TopJob,
+    parse_reserved_gpus,
+    parse_top_job,
+)
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder, parse_placement_order
 from jpushare.policy.peers import POLICIES
 
@@ -210,6 +220,7 @@ class Settings:
     # Per-user quotas (their own block, `load_user_quotas`).
     user_quotas: UserQuotas = field(default_factory=UserQuotas)
     top_job: TopJob = TopJob.FIRST_WAITING  # JPUSHARE_TOP_JOB (SPEC decision 7)
+    reserved_gpus: ReservedGpus = ReservedGpus.LLM_ONLY  # JPUSHARE_RESERVED_GPUS (lending)
 
     @property
     def dispatcher_lease_s(self) -> float:
@@ -342,6 +353,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         connections=load_connection_settings(e),
         user_quotas=load_user_quotas(e),
         top_job=_top_job(e),
+        reserved_gpus=_reserved_gpus(e),
     )
 
 
@@ -353,6 +365,17 @@ def _top_job(e: Mapping[str, str]) -> TopJob:
     except ValueError:
         raise ConfigError(
             f"JPUSHARE_TOP_JOB must be one of {', '.join(TOP_JOBS)}, not {raw!r}"
+        ) from None
+
+
+def _reserved_gpus(e: Mapping[str, str]) -> ReservedGpus:
+    """JPUSHARE_RESERVED_GPUS: R4 (`llm-only`, the default) or the lending option."""
+    raw = e.get("JPUSHARE_RESERVED_GPUS", "").strip() or ReservedGpus.LLM_ONLY.value
+    try:
+        return parse_reserved_gpus(raw)
+    except ValueError:
+        raise ConfigError(
+            f"JPUSHARE_RESERVED_GPUS must be one of {', '.join(RESERVED_GPUS)}, not {raw!r}"
         ) from None
 
 

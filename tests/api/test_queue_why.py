@@ -421,12 +421,13 @@ def test_idle_gpus_that_a_higher_ranked_job_takes_first(api: ApiWorld) -> None:
     second = api.submit("bob", 2, min_tier="rtx4090")
     ws = agree(api)
     assert ws[first]["code"] == "STARTING"
-    assert ws[second]["code"] == "WAITING_FOR_PRIORITY" and ws[second]["best_idle"] == 2
+    # Decision 7: `first` starts at the next cycle, so `second` is the top job (not rank 1).
+    assert ws[second]["code"] == "WAITING_FOR_GPUS" and ws[second]["best_idle"] == 2
+    assert ws[second]["top_job_id"] == second
     assert ws[second]["sentence"] == (
-        f"It is ranked 2 of 2 behind top job {first}; it needs 2 GPUs on one placement and the "
-        "best of its 3 fit placements has 2 idle; only the top job may reserve GPUs (R2). At "
-        "the next cycle the jobs ranked above it will take those GPUs first, leaving at most 0 "
-        "idle on one of its fit placements."
+        "It is the top job and holds no reservation; it needs 2 GPUs on one placement and the "
+        "best of its 3 fit placements has 2 idle. At the next cycle the jobs ranked above it "
+        "will take those GPUs first, leaving at most 0 idle on one of its fit placements."
     )
 
 

@@ -1,6 +1,6 @@
 """The settings that pick one of a few names: JPUSHARE_PLACEMENT (the dispatch order inside
-a tier) JPUSHARE_POLICY (the policy the dispatcher runs, by its simulator name) and JPUSHARE_TOP_JOB
-(SPEC decision 7). Each is
+a tier) JPUSHARE_POLICY (the policy the dispatcher runs, by its simulator name), JPUSHARE_TOP_JOB
+(SPEC decision 7) and JPUSHARE_RESERVED_GPUS (R4 or lending). Each is
 read with the other settings, has a default, takes each of its choices in any case and
 spacing; a bad value stops `serve` before it starts anything, with one line naming the
 valid choices."""
@@ -16,7 +16,7 @@ import pytest
 from jpushare.cli import main
 from jpushare.config import ConfigError, Settings, load_settings
 from jpushare.policy import PlacementOrder
-from jpushare.policy.options import TopJob
+from jpushare.policy.options import ReservedGpus, TopJob
 from jpushare.policy.peers import POLICIES
 
 
@@ -74,6 +74,21 @@ SETTINGS = [
         ),
         id="top-job",
     ),
+    pytest.param(
+        ChoiceSetting(
+            variable="JPUSHARE_RESERVED_GPUS",
+            read=lambda s: s.reserved_gpus,
+            default=ReservedGpus.LLM_ONLY,
+            choices={
+                "llm-only": ReservedGpus.LLM_ONLY,
+                "lend-by-limit": ReservedGpus.LEND_BY_LIMIT,
+                " Lend-By-Limit ": ReservedGpus.LEND_BY_LIMIT,
+            },
+            named="llm-only, lend-by-limit",
+            bad=("lend", "borrow"),
+        ),
+        id="reserved-gpus",
+    ),
 ]
 
 
@@ -101,6 +116,33 @@ def test_the_top_job_setting_reaches_the_policy_the_service_runs() -> None:
     ]
     assert released == [ReleaseReason.R3]
     assert named_policy("reservation", TopJob.FIRST_WAITING)(snap).why["h"].reservation == held
+
+
+def test_the_reserved_gpus_setting_reaches_the_policy_the_service_runs() -> None:
+    # The top job holds node-p's idle GPU; "short" ends (limit 60 s) before the running
+    # job's limit frees the rest (600 s): lent under lend-by-limit, never under R4.
+    from jpushare.policy import Dispatch, Placement, QueuedJob, RunningJob, Snapshot
+    from jpushare.policy.peers import named_policy
+    from tests.constants import RTX4090
+
+    snap = Snapshot(
+        (RTX4090,),
+        (Placement("node-p", "rtx4090", 2, busy=1),),
+        (
+            QueuedJob("top", "KDG", 2, 10, 0.0),
+            QueuedJob("short", "KDG", 1, 10, 1.0, time_limit_s=60.0),
+        ),
+        {"KDG": 1.0},
+        5.0,
+        (RunningJob("r", "node-p", "rtx4090", 1, 0.0, 600.0),),
+    )
+    settings = load_settings({"JPUSHARE_RESERVED_GPUS": "lend-by-limit"})
+    policy = named_policy("reservation", settings.top_job, settings.reserved_gpus)
+    lent = [a for a in policy(snap).actions if isinstance(a, Dispatch)]
+    assert lent == [Dispatch("short", "node-p", "rtx4090", 1, lent_from="top", lent_until=65.0)]
+    default = load_settings({})
+    r4 = named_policy("reservation", default.top_job, default.reserved_gpus)(snap)
+    assert r4.dispatches() == []
 
 
 def _typed(value: object) -> tuple[type, object]:

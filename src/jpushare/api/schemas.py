@@ -419,6 +419,16 @@ class PlacementReservation(BaseModel):
     since: datetime | None
 
 
+class PlacementLoan(BaseModel):
+    """A run on GPUs lent from a reservation here (`reserved_gpus: lend-by-limit`): they
+    count as busy, not reserved, until it ends by its time limit (`until`) at the latest."""
+
+    job_id: int
+    gpus: int
+    lent_from_job_id: int
+    until: datetime | None
+
+
 class PlacementView(BaseModel):
     """One fit placement's numbers as recorded now (SPEC §8): the same figures, computed the
     same way, as `GET /v1/placements` shows, with the reservations held there."""
@@ -504,6 +514,10 @@ class WhyPublic(StartEstimate):
     reservation: ReservationPublic | None = None
     blocking: BlockingPublic | None = None
     dispatch: DispatchPublic | None = None
+    # Its run (or the one the next cycle starts) is on GPUs lent from this job's reservation
+    # (`reserved_gpus: lend-by-limit`) until the end of its own time limit; else None.
+    lent_from_job_id: int | None = None
+    lent_until: datetime | None = None
     next_cycle: list[PlannedActionPublic] = Field(default_factory=list)
     placements: list[PlacementView] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list, description="earlier events worth knowing")
@@ -563,6 +577,8 @@ class PlacementPublic(BaseModel):
     drained: bool
     drain_reason: str | None
     reservations: list[PlacementReservation]
+    lent: int = Field(default=0, description="busy GPUs that are lent from a reservation here")
+    loans: list[PlacementLoan] = Field(default_factory=list)
 
 
 class PlacementsPublic(BaseModel):

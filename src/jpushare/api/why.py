@@ -115,8 +115,19 @@ class QueueView:
         )
 
     @property
+    def top_job(self) -> JobId | None:
+        """The policy's top job (SPEC decision 7: the first job that cannot start, not
+        always rank 0); the first in order where the policy names none (a peer policy, or
+        every job could start)."""
+        top = getattr(self.decisions.why, "top_job_id", "")
+        if top:
+            return str(top)
+        return self.decisions.order[0] if self.decisions.order else None
+
+    @property
     def top_job_id(self) -> int | None:
-        return store_job_id(self.decisions.order[0]) if self.decisions.order else None
+        top = self.top_job
+        return store_job_id(top) if top is not None else None
 
     def fit_table(self, num_gpus: int, min_sort_order: int) -> FitTable:
         """Cached per class: a page of the queue has many jobs and few classes."""
@@ -198,7 +209,7 @@ def answer(view: QueueView, job_id: JobId) -> QueuedAnswer:
     table = view.fit_table(job.num_gpus, job.min_sort_order)
     why = view.decisions.why.get(job_id)  # None: the next cycle dispatches it
     planned = view.planned.get(job_id, ())
-    top = view.decisions.order[0]
+    top = view.top_job or ""
     # The policy's blocker is the top job's reservation as the next cycle leaves it; it is a
     # fact only where the top job holds a reservation on that placement now.
     blocker = None
@@ -219,6 +230,7 @@ def answer(view: QueueView, job_id: JobId) -> QueuedAnswer:
         schedulable_fit_placements=table.schedulable,
         best_idle=table.best_idle,
         blocking=recorded_blocker,
+        is_top=job_id == top,
     )
     projection = Projection(
         actions=planned,
@@ -245,7 +257,7 @@ def _code(policy: WhyCode | None, facts: Facts) -> AnswerCode:
         return WhyCode.RESERVING
     if policy is WhyCode.BEHIND_RESERVATION and facts.blocking is not None:
         return WhyCode.BEHIND_RESERVATION
-    if facts.rank > 0 and facts.num_gpus >= 2:
+    if not facts.is_top and facts.num_gpus >= 2:
         return WhyCode.WAITING_FOR_PRIORITY
     return WhyCode.WAITING_FOR_GPUS
 
@@ -361,6 +373,8 @@ def queued_why(
             if start is not None
             else None
         ),
+        lent_from_job_id=store_job_id(start.lent_from) if start and start.lent_from else None,
+        lent_until=from_epoch(start.lent_until) if start and start.lent_until else None,
         next_cycle=_planned_public(a.planned),
         placements=list(a.table.rows),
         notes=history_notes(history),

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from jpushare.api.schemas import DispatchPublic, WhyPublic
-from jpushare.api.why_text import duration, when
+from jpushare.api.why_text import duration, on_lent_gpus, when
 from jpushare.ledger.eligibility import Verdict
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import EventKind
@@ -98,6 +98,8 @@ def history_why(
         sentence += "."
     else:
         sentence = f"{state}."
+    if state.active and job.lent_from_job_id is not None:
+        sentence += " " + on_lent_gpus(job.lent_from_job_id, job.lent_until)
     charged = _last(history, EventKind.CHARGED)
     if state.ended and charged is not None:
         sentence += f" Its lab was charged {job.charged_tflop_s:,.0f} TFLOP-s in all."
@@ -116,6 +118,8 @@ def history_why(
             if job.node_name and job.tier_name
             else None
         ),
+        lent_from_job_id=job.lent_from_job_id if state.active else None,
+        lent_until=job.lent_until if state.active else None,
         notes=notes,
     )
 

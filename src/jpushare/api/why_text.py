@@ -20,7 +20,13 @@ from jpushare.policy import (
     Reservation,
     StartReservation,
 )
-from jpushare.policy.why import gpus, holding, no_fit_placement, top_job_reserving
+from jpushare.policy.why import (
+    gpus,
+    holding,
+    no_fit_placement,
+    running_on_lent_gpus,
+    top_job_reserving,
+)
 from jpushare.store import from_epoch
 from jpushare.vocabulary import STARTING, AnswerCode, JobId, WhyCode
 
@@ -38,6 +44,7 @@ class Facts:
     schedulable_fit_placements: int
     best_idle: int  # the most idle GPUs on one fit placement, as the table shows them
     blocking: tuple[JobId, Reservation] | None  # the top job's recorded reservation in its way
+    is_top: bool = False  # the policy's top job (SPEC decision 7: not always rank 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +90,7 @@ def sentence(code: AnswerCode, facts: Facts, projection: Projection) -> str:
 
 
 def _who(f: Facts, name_the_top: bool = True) -> str:
-    if f.rank == 0:
+    if f.is_top:
         return "It is the top job"
     top = f" behind top job {f.top_job_id}" if name_the_top else ""
     return f"It is ranked {f.rank + 1} of {f.queue_length}{top}"
@@ -119,7 +126,7 @@ def _facts(code: AnswerCode, f: Facts) -> str:
         return f"{_who(f)}{holds}." if res is not None else f"{_who(f)}; {_needs(f)}."
     if code == WhyCode.RESERVING:
         assert res is not None
-        if f.rank > 0:
+        if not f.is_top:
             return f"{_who(f)}{holds}."
         return top_job_reserving(res, n, epoch_time)
     if code == WhyCode.BEHIND_RESERVATION and f.blocking is not None:
@@ -131,7 +138,7 @@ def _facts(code: AnswerCode, f: Facts) -> str:
         )
     if code == WhyCode.WAITING_FOR_PRIORITY:
         return f"{_who(f)}; {_needs(f)}; only the top job may reserve GPUs (R2)."
-    none = " and holds no reservation" if f.rank == 0 and n >= 2 else ""
+    none = " and holds no reservation" if f.is_top and n >= 2 else ""
     return f"{_who(f)}{none}; {_needs(f)}."
 
 
@@ -162,6 +169,11 @@ def _projection(code: AnswerCode, f: Facts, p: Projection) -> str:
             )
         elif release is not None:
             steps.append(f"{it} will start on {where} with its reservation")
+        elif start.lent_from is not None and start.lent_until is not None:
+            steps.append(
+                f"{it} will start on {where}, where it "
+                + running_on_lent_gpus(start.lent_from, start.lent_until, epoch_time)
+            )
         else:
             steps.append(f"{it} will start on {where}")
     else:
@@ -182,6 +194,13 @@ def _projection(code: AnswerCode, f: Facts, p: Projection) -> str:
         return ""
     text = ", and ".join(steps) if len(steps) < 3 else ", ".join(steps[:-1]) + ", and " + steps[-1]
     return f" At the next cycle {text}."
+
+
+def on_lent_gpus(lender: int, until: datetime | None) -> str:
+    """The sentence of a run on lent GPUs (`reserved_gpus: lend-by-limit`)."""
+    if until is None:  # not from a lent dispatch of this version: no time to name
+        return f"It runs on GPUs reserved for job {lender}."
+    return f"It {running_on_lent_gpus(str(lender), until.timestamp(), epoch_time)}."
 
 
 def _still_waiting(code: AnswerCode, f: Facts, p: Projection) -> list[str]:
@@ -205,4 +224,14 @@ def _still_waiting(code: AnswerCode, f: Facts, p: Projection) -> list[str]:
     return []
 
 
-__all__ = ["STARTING", "Facts", "Projection", "duration", "epoch_time", "gpus", "sentence", "when"]
+__all__ = [
+    "STARTING",
+    "Facts",
+    "Projection",
+    "duration",
+    "epoch_time",
+    "gpus",
+    "on_lent_gpus",
+    "sentence",
+    "when",
+]

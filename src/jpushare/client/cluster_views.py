@@ -19,6 +19,18 @@ def held_by(reservations: Sequence[JSON] | None) -> str:
     return ", ".join(f"job {r['job_id']}: {r['gpus']}/{r['of']}" for r in reservations or ()) or "-"
 
 
+def lent_to(loans: Sequence[JSON] | None, now: datetime) -> str:
+    """Runs on GPUs lent from a reservation (lend-by-limit): 'job 9: 1 of job 7's, ends in 5m'."""
+    return (
+        ", ".join(
+            f"job {r['job_id']}: {r['gpus']} of job {r['lent_from_job_id']}'s, ends "
+            f"{ago(r.get('until'), now)}"
+            for r in loans or ()
+        )
+        or "-"
+    )
+
+
 def labs(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
     result = api.labs()
     if not args.json:
@@ -50,23 +62,28 @@ def placements(api: Client, args: argparse.Namespace, out: TextIO, now: datetime
     result = api.placements()
     if not args.json:
         rows = []
+        lending = any(p.get("loans") for p in result["data"])  # lend-by-limit: LENT TO
         for p in result["data"]:
             state = p["node_state"] + (" drained" if p["drained"] else "")
-            rows.append(
-                (
-                    p["node"],
-                    p["tier"],
-                    p["capacity"],
-                    p["busy"],
-                    p["reserved"],
-                    p["idle"],
-                    p.get("llm_gpus", 0),
-                    state,
-                    held_by(p["reservations"]),
-                )
-            )
+            row = [
+                p["node"],
+                p["tier"],
+                p["capacity"],
+                p["busy"],
+                p["reserved"],
+                p["idle"],
+                p.get("llm_gpus", 0),
+                state,
+                held_by(p["reservations"]),
+            ]
+            if lending:
+                row.append(lent_to(p.get("loans"), now))
+            rows.append(tuple(row))
         headers = ("NODE", "TIER", "CAPACITY", "BUSY", "RESERVED", "IDLE", "LLM", "STATE")
-        print(table((*headers, "RESERVED FOR"), rows), file=out)
+        extra = ("LENT TO",) if lending else ()
+        print(table((*headers, "RESERVED FOR", *extra), rows), file=out)
+        if lending:
+            print("(lent GPUs count as BUSY: the borrower ends by its time limit)", file=out)
     return result
 
 

@@ -10,6 +10,9 @@ starts later than that projection. A needed running job with no limit means no l
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from itertools import compress
+from operator import attrgetter
 
 from jpushare.policy.fit import fits
 from jpushare.policy.model import QueuedJob, Reservation, Snapshot, Tier
@@ -27,8 +30,14 @@ class Lending:
         self.lent: dict[str, int] = {}
         self.ends: dict[Key, list[tuple[float, int]]] = {}
         self._fill: dict[str, float] = {}
+        # A loan counts only while its lender still holds a reservation on that placement;
+        # once it is released the borrower is an ordinary running job with a limit.
+        holds: dict[str, Key] = {}
+        for q in _holders(snapshot):
+            if q.reservation is not None:
+                holds[q.job_id] = (q.reservation.node, q.reservation.tier)
         for r in snapshot.running:
-            if r.lent_from is not None:
+            if r.lent_from is not None and holds.get(r.lent_from) == (r.node, r.tier):
                 self.lent[r.lent_from] = self.lent.get(r.lent_from, 0) + r.num_gpus
             else:
                 self.started((r.node, r.tier), r.num_gpus, r.time_limit_s, r.started_at)
@@ -87,3 +96,11 @@ class Lending:
             return None
         self.lent[holder] = self.lent.get(holder, 0) + job.num_gpus
         return until
+
+
+_RESERVATION = attrgetter("reservation")
+
+
+def _holders(snapshot: Snapshot) -> Iterator[QueuedJob]:
+    """The queued jobs that hold a reservation (a C-speed filter: the queue may be long)."""
+    return compress(snapshot.queue, map(_RESERVATION, snapshot.queue))

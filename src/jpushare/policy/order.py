@@ -262,6 +262,12 @@ class IdleIndex:
         best = self._most(num_gpus, min_sort_order, first_group_only=True)
         return None if best is None else (best[1], best[2])
 
+    def shelf_most(self, key: Key) -> int:
+        """The most idle GPUs on one placement of `key`'s shelf (its tier and capacity):
+        what `best_idle` reads of that shelf."""
+        e = self.entries[self.layout.shelf_of[key]]
+        return e[-1][0] if e else 0
+
     def best_idle(self, num_gpus: int, min_sort_order: int) -> int:
         """The most idle GPUs on any one fit placement (0: none)."""
         best = self._most(num_gpus, min_sort_order, first_group_only=False)

@@ -30,7 +30,7 @@ from jpushare.policy.model import (
     Snapshot,
     Tier,
 )
-from jpushare.policy.options import TopJob
+from jpushare.policy.options import ReservedGpus, TopJob
 from jpushare.policy.order import PlacementOrder, idle_index_of, reserve_key
 
 Key = tuple[str, str]  # (node, tier)
@@ -313,17 +313,24 @@ POLICIES: dict[str, NamedPolicy] = {
 """Every policy the simulator can run, by its CLI name. `reservation` is SPEC §3 itself."""
 
 
-def named_policy(name: str, top_job: TopJob = TopJob.FIRST_WAITING) -> NamedPolicy:
-    """The policy of `POLICIES` called `name`, with the reservation policy's top-job
-    reading bound (SPEC decision 7); the peers have no top job and are returned as is."""
+def named_policy(
+    name: str,
+    top_job: TopJob = TopJob.FIRST_WAITING,
+    reserved_gpus: ReservedGpus = ReservedGpus.LLM_ONLY,
+) -> NamedPolicy:
+    """The policy of `POLICIES` called `name`, with the reservation policy's options bound:
+    its top-job reading (SPEC decision 7) and what reserved GPUs may run (R4 or lending);
+    the peers have neither and are returned as is."""
     policy = POLICIES[name]
-    if policy is decide and top_job is not TopJob.FIRST_WAITING:
+    if policy is decide and (
+        top_job is not TopJob.FIRST_WAITING or reserved_gpus is not ReservedGpus.LLM_ONLY
+    ):
 
-        def literal(
+        def bound(
             snapshot: Snapshot, placement_order: PlacementOrder = PlacementOrder.PACK
         ) -> Decisions:
-            return decide(snapshot, placement_order, top_job=top_job)
+            return decide(snapshot, placement_order, top_job=top_job, reserved_gpus=reserved_gpus)
 
-        literal.__name__ = "decide"
-        return literal
+        bound.__name__ = "decide"
+        return bound
     return policy

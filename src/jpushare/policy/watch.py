@@ -23,6 +23,10 @@ Definitions (all over the records passed in, i.e. over the caller's window):
   keeper's totals run since its own start (`keeper_since`), not over the window. In the
   simulator a keeper serves every GPU no research job runs on: reserved GPU-hours are
   backfill GPU-hours, and nothing of an open node is idle unserved.
+- **lending** (`reserved_gpus: lend-by-limit`, `lending_figures`): loans (runs started on
+  reserved GPUs) and their GPU-hours (ended loans); the top job's waits for lent GPUs: from
+  the moment its reservation held all its other GPUs to the end of its last loan (count,
+  total, mean, max; ended waits only).
 """
 
 from __future__ import annotations
@@ -353,3 +357,66 @@ def watch_over_time(
         )
         for k in range(min(grouped), max(grouped) + 1)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class LentRun:
+    """One run on GPUs lent from `lent_from`'s reservation (`ended_at` None: still running)."""
+
+    job_id: JobId
+    lent_from: JobId
+    gpus: int
+    started_at: float
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LentWait:
+    """The reserving job `job_id` held all its other GPUs from `started_at` and waited for
+    its lent ones until `ended_at` (None: still waiting)."""
+
+    job_id: JobId
+    started_at: float
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LendingFigures:
+    """What lending gave (lent GPU-hours) and what it cost the top job (its waits)."""
+
+    loans: int
+    lent_gpu_hours: float
+    waits: int
+    wait_total_s: float
+    wait_mean_s: float | None
+    wait_max_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "loans": self.loans,
+            "lent_gpu_hours": round(self.lent_gpu_hours, 3),
+            "top_job_waits": self.waits,
+            "wait_total_s": round(self.wait_total_s, 3),
+            "wait_mean_s": _seconds(self.wait_mean_s),
+            "wait_max_s": _seconds(self.wait_max_s),
+        }
+
+
+def lending_figures(runs: Iterable[LentRun], waits: Iterable[LentWait]) -> LendingFigures:
+    """The lending figures (see the module docstring) over these records."""
+    loans = 0
+    gpu_s: list[float] = []
+    for r in runs:
+        loans += 1
+        if r.ended_at is not None:
+            gpu_s.append(r.gpus * max(0.0, r.ended_at - r.started_at))
+    spans = [max(0.0, w.ended_at - w.started_at) for w in waits if w.ended_at is not None]
+    total = math.fsum(spans)
+    return LendingFigures(
+        loans=loans,
+        lent_gpu_hours=math.fsum(gpu_s) / 3600.0,
+        waits=len(spans),
+        wait_total_s=total,
+        wait_mean_s=total / len(spans) if spans else None,
+        wait_max_s=max(spans) if spans else None,
+    )

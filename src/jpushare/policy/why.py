@@ -13,10 +13,11 @@ as "at the next cycle", see `jpushare.api.why`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import NamedTuple
 
-from jpushare.policy.model import Reservation, Why
+from jpushare.policy.model import QueuedJob, Reservation, Why
 from jpushare.vocabulary import JobId, WhyCode
 
 
@@ -56,29 +57,77 @@ def classify(
 
 
 class WhyTable(Mapping[str, Why]):
-    """job id -> Why for every job still queued after a cycle; answers are built on access."""
+    """job id -> Why for every job still queued after a cycle; answers are built on access.
 
-    __slots__ = ("_queue_length", "_raw", "_top_job_id")
+    Held as the cycle recorded it: the waiting jobs' positions in the ranked queue, the
+    view each saw, the reservations held, and the tail of the queue from `tail` on, where
+    every job waits with its class's view in `tail_views`; the job id -> entry index is
+    built on the first lookup (a simulator cycle never looks one up)."""
+
+    __slots__ = (
+        "_held",
+        "_index",
+        "_order",
+        "_queue",
+        "_tail",
+        "_tail_views",
+        "_top_job_id",
+        "_views",
+        "_waiting",
+    )
 
     def __init__(
         self,
-        raw: dict[str, tuple[int, int, ClassView, Reservation | None]],
-        queue_length: int,
+        queue: Sequence[QueuedJob],
+        order: Sequence[JobId],
+        waiting: list[int],
+        views: list[ClassView],
+        held: dict[int, Reservation],
         top_job_id: JobId,
+        tail: int | None = None,
+        tail_views: Mapping[tuple[int, int], ClassView] | None = None,
     ) -> None:
-        self._raw = raw
-        self._queue_length = queue_length
+        self._queue = queue  # ranked, as `order`
+        self._order = order
+        self._waiting = waiting  # positions in `order` of the jobs still queued
+        self._views = views  # the view each of them saw, index for index
+        self._held = held  # position -> its reservation after the cycle
         self._top_job_id = top_job_id
+        self._index: dict[JobId, int] | None = None
+        self._tail = len(order) if tail is None else tail
+        self._tail_views = tail_views or {}
+
+    def _ids(self) -> Iterator[JobId]:
+        return chain(map(self._order.__getitem__, self._waiting), self._order[self._tail :])
+
+    @property
+    def top_job_id(self) -> JobId:
+        """The cycle's top job (R2/R3's, SPEC decision 7); "" when every job could start."""
+        return self._top_job_id
+
+    def _entries(self) -> dict[JobId, int]:
+        if self._index is None:
+            self._index = dict(zip(self._ids(), range(len(self)), strict=True))
+        return self._index
 
     def __getitem__(self, job_id: JobId) -> Why:
-        rank, num_gpus, view, reservation = self._raw[job_id]
+        k = self._entries()[job_id]
+        if k < len(self._waiting):
+            rank = self._waiting[k]
+            view = self._views[k]
+        else:  # in the tail: its class's view
+            rank = self._tail + k - len(self._waiting)
+            job = self._queue[rank]
+            view = self._tail_views[(job.num_gpus, job.min_sort_order)]
+        num_gpus = self._queue[rank].num_gpus
+        reservation = self._held.get(rank)
         code = classify(rank, num_gpus, view, reservation, top=job_id == self._top_job_id)
         blocker = view.blocker if code is WhyCode.BEHIND_RESERVATION else None
         return Why(
             job_id=job_id,
             code=code,
             rank=rank,
-            queue_length=self._queue_length,
+            queue_length=len(self._order),
             top_job_id=self._top_job_id,
             num_gpus=num_gpus,
             fit_placements=view.fit_placements,
@@ -90,13 +139,13 @@ class WhyTable(Mapping[str, Why]):
         )
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
+        return self._ids()
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._waiting) + len(self._order) - self._tail
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self._raw
+        return job_id in self._entries()
 
 
 TimeFormat = Callable[[float], str]

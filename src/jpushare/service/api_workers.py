@@ -66,7 +66,7 @@ def create_worker_app() -> FastAPI:
         user_quotas=settings.user_quotas,
         only_unix_user=served_account(settings.executor),
         placement_order=settings.placement_order,
-        policy=named_policy(settings.policy, settings.top_job),
+        policy=named_policy(settings.policy, settings.top_job, settings.reserved_gpus),
     )
 
 

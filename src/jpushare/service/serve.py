@@ -297,7 +297,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
             counting(executor, health.executor_failed),
             router,
             placement_order=settings.placement_order,
-            policy=named_policy(settings.policy, settings.top_job),
+            policy=named_policy(settings.policy, settings.top_job, settings.reserved_gpus),
         )
         if settings.policy != DEFAULT_POLICY:
             log.warning(
@@ -343,7 +343,7 @@ def run_service(settings: Settings, options: ServeOptions) -> int:
                 user_quotas=settings.user_quotas,
                 only_unix_user=only_account,
                 placement_order=settings.placement_order,
-                policy=named_policy(settings.policy, settings.top_job),
+                policy=named_policy(settings.policy, settings.top_job, settings.reserved_gpus),
                 cycle_s=settings.cycle_s,
             )
             assert limits is not None

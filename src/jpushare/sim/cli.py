@@ -3,6 +3,7 @@
     jpushare simulate --cluster CLUSTER.yaml --trace TRACE.csv
                       [--policy reservation|hol-skip|fifo|backfill|all]...
                       [--placement pack|spread]... [--top-job first-waiting|first-queued]
+                      [--reserved-gpus llm-only|lend-by-limit]
                       [--limits exact|trace|user:SEED|none]
                       [--cycle 5] [--out DIR]
 
@@ -25,7 +26,7 @@ from jpushare.formats.arguments import add_trace_arguments, positive_seconds
 from jpushare.formats.cluster_file import load_cluster
 from jpushare.formats.errors import FormatError
 from jpushare.formats.trace_file import check_tiers, load_trace
-from jpushare.policy.options import TOP_JOBS, TopJob
+from jpushare.policy.options import RESERVED_GPUS, TOP_JOBS, ReservedGpus, TopJob
 from jpushare.policy.order import PLACEMENT_ORDERS, PlacementOrder
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.engine import SimResult, simulate
@@ -64,6 +65,13 @@ def register(subparsers: Any) -> None:
         default=TopJob.FIRST_WAITING.value,
         help="which job R2/R3 refer to (SPEC decision 7): first-waiting (the first job that "
         "cannot start, default) or first-queued (queue[0], the note's literal reading)",
+    )
+    p.add_argument(
+        "--reserved-gpus",
+        choices=RESERVED_GPUS,
+        default=ReservedGpus.LLM_ONLY.value,
+        help="what may run on reserved GPUs: llm-only (R4, default) or lend-by-limit (a job "
+        "whose time limit ends by the reservation's projected fill may borrow them)",
     )
     p.add_argument(
         "--limits",
@@ -143,6 +151,7 @@ def _replay(
             every_cycle=args.every_cycle,
             progress=progress,
             top_job=args.top_job,
+            reserved_gpus=args.reserved_gpus,
         )
 
 
@@ -175,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         f"{len(jobs)} jobs on {cluster.capacity_gpus} GPUs "
         f"({len(cluster.placements)} placements), cycle {args.cycle:g}s"
         + ("" if args.limits == "trace" else f", limits {args.limits}")
+        + ("" if args.reserved_gpus == "llm-only" else f", reserved GPUs {args.reserved_gpus}")
         + "\n"
     )
     sys.stdout.write(comparison_text(summaries))

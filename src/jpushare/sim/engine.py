@@ -71,7 +71,7 @@ from jpushare.policy.model import (
     Decisions,
     Snapshot,
 )
-from jpushare.policy.options import TopJob, parse_top_job
+from jpushare.policy.options import ReservedGpus, TopJob, parse_reserved_gpus, parse_top_job
 from jpushare.policy.order import (
     PlacementOrder,
     parse_placement_order,
@@ -88,6 +88,8 @@ from jpushare.sim.results import (
     Attempt,
     AttemptEnd,
     GpuSample,
+    LentRun,
+    LentWait,
     ReservationRecord,
     SimResult,
     TraceJobResult,
@@ -99,6 +101,8 @@ __all__ = [
     "AttemptEnd",
     "Forecast",
     "GpuSample",
+    "LentRun",
+    "LentWait",
     "ReservationRecord",
     "SimResult",
     "TraceJobResult",
@@ -119,15 +123,18 @@ def simulate(
     every_cycle: bool = False,
     progress: Progress | None = None,
     top_job: TopJob | str = TopJob.FIRST_WAITING,
+    reserved_gpus: ReservedGpus | str = ReservedGpus.LLM_ONLY,
 ) -> SimResult:
     """Replay `jobs` on `cluster` under `policy` (see the module docstring). `top_job`:
-    the reservation policy's top-job reading (SPEC decision 7; ignored by the peers)."""
+    the reservation policy's top-job reading (SPEC decision 7); `reserved_gpus`: R4
+    (`llm-only`) or the lending option (`lend-by-limit`); the peers ignore both."""
     order = parse_placement_order(str(placement))
+    lending = parse_reserved_gpus(str(reserved_gpus))
     fn: Policy
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-        name, named = policy, named_policy(policy, parse_top_job(str(top_job)))
+        name, named = policy, named_policy(policy, parse_top_job(str(top_job)), lending)
 
         def fn(snapshot: Snapshot) -> Decisions:
             return named(snapshot, order)
@@ -141,7 +148,7 @@ def simulate(
     started = time.perf_counter()
     engine = Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
     engine.run()
-    return engine.result(name, order.value, time.perf_counter() - started)
+    return engine.result(name, order.value, time.perf_counter() - started, lending.value)
 
 
 @dataclass(frozen=True, slots=True)

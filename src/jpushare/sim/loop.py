@@ -41,6 +41,8 @@ from jpushare.sim.results import (
     Attempt,
     AttemptEnd,
     GpuSample,
+    LentRun,
+    LentWait,
     ReservationRecord,
     SimResult,
     TraceJobResult,
@@ -129,6 +131,16 @@ class Engine:
         # A forecast follows these jobs and stops once all have started (see `forecast`).
         self.watched: set[str] | None = None
         self.first_starts: dict[str, float] = {}
+        # Lending (`reserved_gpus: lend-by-limit`): each lender's GPUs lent out now (they are
+        # busy, not reserved: the borrower pays for them as its run), every loan, and the
+        # lenders' waits for lent GPUs once all their other GPUs are held.
+        self.lent_out: dict[str, int] = {}
+        self.loans: dict[str, int] = {}  # borrower -> index in lent_runs
+        self.detached: dict[str, int] = {}  # the same, for loans whose lender released
+        self.lent_runs: list[LentRun] = []
+        self.open_wait: dict[str, float] = {}  # lender -> since when it waits for lent GPUs
+        self.lent_waits: list[LentWait] = []
+        self.lent_gpu_s = 0.0
 
     # -- a live state (forecasts) -----------------------------------------------------------
 
@@ -316,6 +328,14 @@ class Engine:
         if job.state is not TraceJobState.RUNNING or job.epoch != epoch:
             return False  # stale: the attempt was cut short by a cancel or a node failure
         tier = job.run_key[1]
+        borrower = job.spec.job_id
+        lent = borrower in self.loans or borrower in self.detached
+        if lent and job.spec.time_limit_s < job.spec.duration:
+            # Lending counts on enforced limits: the service stops a lent run there.
+            self._end_attempt(job, t, AttemptEnd.TIME_LIMIT)
+            job.reason = "time limit (on lent GPUs)"
+            self._finish(job, TraceJobState.FAILED)
+            return True
         if tier not in job.spec.oom_on:
             self._end_attempt(job, t, AttemptEnd.COMPLETED)
             self._finish(job, TraceJobState.COMPLETED)
@@ -377,12 +397,21 @@ class Engine:
         p = self.placements.get(key)
         tier = self.tier_by_name.get(a.tier)
         held = sum(
-            j.reservation.gpus
+            self._reserved(j)
             for j in self.reserving.values()
             if j is not job
             and j.reservation is not None
             and (j.reservation.node, j.reservation.tier) == key
         )
+        lender = self.jobs.get(a.lent_from) if a.lent_from is not None else None
+        if lender is not None:
+            # On lent GPUs: the lender's reserved ones there, not the placement's idle ones.
+            res = lender.reservation
+            if res is None or (res.node, res.tier) != key or self._reserved(lender) < a.num_gpus:
+                raise RuntimeError(f"the policy lent GPUs no reservation holds at t={t}: {a}")
+            held -= self._reserved(lender)
+        elif a.lent_from is not None:
+            raise RuntimeError(f"the policy lent GPUs of an unknown job at t={t}: {a}")
         if (
             job.state is not TraceJobState.QUEUED
             or p is None
@@ -405,11 +434,51 @@ class Engine:
         job.epoch += 1
         job.run_start = t
         job.run_key = key
-        run = RunningJob(a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s)
+        run = RunningJob(
+            a.job_id, a.node, a.tier, a.num_gpus, t, job.spec.time_limit_s, a.lent_from
+        )
         self.running[a.job_id] = run
         self.running_ends.started(run)
         self._running_tuple = None
-        heapq.heappush(self.heap, (t + job.spec.duration, _END, a.job_id, job.epoch))
+        run_s = job.spec.duration
+        if lender is not None:  # a lent run is stopped at its limit (see `_end`)
+            run_s = min(run_s, job.spec.time_limit_s)
+        heapq.heappush(self.heap, (t + run_s, _END, a.job_id, job.epoch))
+        if lender is not None:
+            self._close_span(lender, t)  # its span so far at the size before the loan
+            holder = lender.spec.job_id
+            self.lent_out[holder] = self.lent_out.get(holder, 0) + a.num_gpus
+            self.reserved_gpus -= a.num_gpus
+            self.loans[a.job_id] = len(self.lent_runs)
+            self.lent_runs.append(LentRun(a.job_id, holder, a.num_gpus, t))
+
+    def _reserved(self, job: SimJob) -> int:
+        """The GPUs `job`'s reservation holds and has not lent out."""
+        res = job.reservation
+        return 0 if res is None else res.gpus - self.lent_out.get(job.spec.job_id, 0)
+
+    def _loan_ends(self, job: SimJob, t: float) -> None:
+        """A run on lent GPUs stops: the GPUs go back to their lender's reservation."""
+        borrower = job.spec.job_id
+        attached = borrower in self.loans
+        i = self.loans.pop(borrower) if attached else self.detached.pop(borrower)
+        loan = self.lent_runs[i]
+        self.lent_runs[i] = replace(loan, ended_at=t)
+        self.lent_gpu_s += loan.gpus * max(0.0, t - loan.started_at)
+        if not attached:
+            return  # its lender released meanwhile: the GPUs are plain free ones now
+        holder = loan.lent_from
+        self._close_span(self.jobs[holder], t)
+        self.lent_out[holder] -= loan.gpus
+        self.reserved_gpus += loan.gpus
+        if not self.lent_out[holder]:
+            del self.lent_out[holder]
+            self._end_wait(holder, t)
+
+    def _end_wait(self, holder: str, t: float) -> None:
+        since = self.open_wait.pop(holder, None)
+        if since is not None:
+            self.lent_waits.append(LentWait(holder, since, t))
 
     def _start_reservation(self, a: StartReservation, t: float) -> None:
         job = self.jobs[a.job_id]
@@ -432,6 +501,8 @@ class Engine:
         job.reservation = replace(res, gpus=a.total, last_accrued_at=t)
         self.reserved_gpus += a.added
         self.reservation_log[self.open_reservation[a.job_id]].gpus = a.total
+        if a.total >= job.spec.num_gpus and self.lent_out.get(a.job_id):
+            self.open_wait.setdefault(a.job_id, t)  # all held but the lent GPUs
         if job.state is TraceJobState.QUEUED:
             self._enqueue(job.queued())
 
@@ -440,9 +511,18 @@ class Engine:
         if res is None:
             raise RuntimeError(f"release of a reservation job {job.spec.job_id} does not hold")
         self._close_span(job, t)
+        holder = job.spec.job_id
+        lent = self.lent_out.pop(holder, 0)
+        if lent:
+            # Its borrowers run on as ordinary jobs (their GPUs are no reservation's now).
+            self._end_wait(holder, t)
+            for run in [r for r in self.running.values() if r.lent_from == holder]:
+                self.running[run.job_id] = replace(run, lent_from=None)
+                self.detached[run.job_id] = self.loans.pop(run.job_id)
+            self._running_tuple = None
         job.reservation = None
-        del self.reserving[job.spec.job_id]
-        self.reserved_gpus -= res.gpus
+        del self.reserving[holder]
+        self.reserved_gpus -= res.gpus - lent
         entry = self.reservation_log[self.open_reservation.pop(job.spec.job_id)]
         entry.ended_at, entry.reason = t, reason
         if job.state is TraceJobState.QUEUED:
@@ -453,9 +533,10 @@ class Engine:
         res = job.reservation
         assert res is not None
         tier = self.tier_by_name[res.tier]
-        accrual = accrue_reservation(job.account, res.gpus, job.res_span_start, t, tier.tflops)
+        gpus = self._reserved(job)  # lent GPUs are their borrowers' run cost, not this
+        accrual = accrue_reservation(job.account, gpus, job.res_span_start, t, tier.tflops)
         job.account = accrual.account
-        self.reserved_gpu_s += res.gpus * max(0.0, t - job.res_span_start)
+        self.reserved_gpu_s += gpus * max(0.0, t - job.res_span_start)
         job.res_span_start = t
 
     # -- job life -------------------------------------------------------------------------
@@ -469,6 +550,8 @@ class Engine:
         self.running_gpus -= n
         self.running_ends.ended(self.running.pop(job.spec.job_id))
         self._running_tuple = None
+        if job.spec.job_id in self.loans or job.spec.job_id in self.detached:
+            self._loan_ends(job, t)
         run = Run(len(job.attempts) + 1, n, job.run_start, self.tier_by_name[tier_name].tflops)
         ran = add_run(job.account, run, t)
         job.account, cost = ran.account, ran.cost
@@ -508,7 +591,9 @@ class Engine:
 
     # -- result ---------------------------------------------------------------------------
 
-    def result(self, policy: str, placement: str, wall_s: float) -> SimResult:
+    def result(
+        self, policy: str, placement: str, wall_s: float, reserved_gpus: str = "llm-only"
+    ) -> SimResult:
         records = tuple(
             TraceJobResult(
                 job_id=j.spec.job_id,
@@ -544,4 +629,8 @@ class Engine:
             cycles_total=self.cycles_total,
             wall_s=wall_s,
             placement=placement,
+            reserved_gpus=reserved_gpus,
+            lent_runs=tuple(self.lent_runs),
+            lent_waits=tuple(self.lent_waits),
+            lent_gpu_s=self.lent_gpu_s,
         )

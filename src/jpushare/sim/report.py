@@ -21,6 +21,7 @@ from jpushare.policy.watch import (
     BackfillTotals,
     EndedJob,
     ReservationSpan,
+    lending_figures,
     percentile,
     watch_figures,
 )
@@ -157,7 +158,8 @@ def ended_jobs(result: SimResult) -> list[EndedJob]:
 
 
 def watch(result: SimResult) -> dict[str, Any]:
-    """summary.json's `watch` object: SPEC §10 over the whole replay."""
+    """summary.json's `watch` object: SPEC §10 over the whole replay (the very document
+    of the service's GET /v1/stats/watch)."""
     return watch_figures(reservation_spans(result), ended_jobs(result)).as_dict()
 
 
@@ -187,6 +189,12 @@ def backfill(result: SimResult, start: float, end: float) -> dict[str, Any]:
         since=start,
     )
     return BackfillSplit(result.reserved_gpu_s, totals).as_dict()
+
+
+def lending(result: SimResult) -> dict[str, Any]:
+    """summary.json's `lending` object: the watch-list's lending figures (all zero unless
+    `--reserved-gpus lend-by-limit`)."""
+    return lending_figures(result.lent_runs, result.lent_waits).as_dict()
 
 
 def summary(result: SimResult) -> dict[str, Any]:
@@ -227,6 +235,7 @@ def summary(result: SimResult) -> dict[str, Any]:
     return {
         "policy": result.policy,
         "placement": result.placement,
+        "reserved_gpus": result.reserved_gpus,
         "cycle_s": result.cycle_s,
         "jobs": len(jobs),
         "states": states,
@@ -247,6 +256,7 @@ def summary(result: SimResult) -> dict[str, Any]:
         },
         "watch": watch(result),
         "backfill": backfill(result, min(first_submit, last_end), last_end),
+        "lending": lending(result),
         "lab_usage_start": {k: round(v, 3) for k, v in sorted(result.initial_lab_usage.items())},
         "lab_usage": {k: round(v, 3) for k, v in sorted(result.lab_usage.items())},
         "jain_fairness": None if jain is None else round(jain, 6),
@@ -377,6 +387,9 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
         "reservation share",
     ]
     header += [f"{g} GPU{'s' if g > 1 else ''}: burden / mean wait" for g in gpu_counts]
+    lends = any(s.get("lending", {}).get("loans") for s in summaries)
+    if lends:
+        header += ["lent GPU-h", "top job waited for lent GPUs: n / mean / total"]
     rows = []
     for s in summaries:
         w = s["watch"]
@@ -395,6 +408,13 @@ def watch_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
             c = w["by_gpus"].get(str(g))
             row.append(
                 "-" if c is None else f"{_burden(c['burden'])} / {fmt_duration(c['mean_wait_s'])}"
+            )
+        if lends:
+            ln = s.get("lending", {})
+            row.append(f"{ln.get('lent_gpu_hours', 0.0):.1f}")
+            row.append(
+                f"{ln.get('top_job_waits', 0)} / {fmt_duration(ln.get('wait_mean_s'))}"
+                f" / {fmt_duration(ln.get('wait_total_s'))}"
             )
         rows.append(row)
     return header, rows

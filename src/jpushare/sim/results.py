@@ -12,6 +12,8 @@ from jpushare.policy.model import (
 from jpushare.policy.order import (
     PlacementOrder,
 )
+from jpushare.policy.watch import LentRun as LentRun  # the watch-list's records, named here
+from jpushare.policy.watch import LentWait as LentWait
 from jpushare.vocabulary import JobId
 
 
@@ -35,6 +37,7 @@ class AttemptEnd(StrEnum):
     OOM = "oom"  # out of memory: SPEC §5 escalation
     NODE_DOWN = "node_down"  # back to the queue, no escalation
     CANCELLED = "cancelled"
+    TIME_LIMIT = "time_limit"  # a run on lent GPUs stopped at its limit (lending only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,10 @@ class SimResult:
     cycles_total: int  # cycle times passed, run or skipped
     wall_s: float = field(compare=False, default=0.0)
     placement: str = PlacementOrder.PACK.value  # the dispatch order (SPEC §1)
+    reserved_gpus: str = "llm-only"  # R4, or "lend-by-limit" (the lending option)
+    lent_runs: tuple[LentRun, ...] = ()  # every run on lent GPUs, in start order
+    lent_waits: tuple[LentWait, ...] = ()  # the reserving jobs' waits for lent GPUs
+    lent_gpu_s: float = 0.0  # GPU-seconds run on lent GPUs (inside running_gpu_s)
 
     @property
     def label(self) -> str:

@@ -23,7 +23,9 @@ from jpushare.policy.model import (
     StartReservation,
 )
 from jpushare.store.schema import EventKind, Job, JobState
+from jpushare.store.times import from_epoch
 from jpushare.store.transitions import LockedJob, event_row
+from jpushare.vocabulary import store_job_id
 
 _QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
 _JOBS = cast(Table, Job.__table__)
@@ -194,6 +196,8 @@ class _Dispatch(ActionKind[Dispatch]):
         ended_at=None,
         exit_code=None,
         reason=None,
+        lent_from_job_id=bindparam("b_lent_from"),
+        lent_until=bindparam("b_lent_until"),
     )
 
     def valid(self, job: LockedJob, a: Dispatch, tier_id: uuid.UUID) -> bool:
@@ -202,10 +206,24 @@ class _Dispatch(ActionKind[Dispatch]):
     def params(
         self, job: LockedJob, a: Dispatch, tier_id: uuid.UUID, at: datetime
     ) -> dict[str, Any]:
-        return _where(job, a, tier_id) | {"b_attempts": job.attempts, "b_at": at}
+        lent_from, lent_until = _loan(a)
+        return _where(job, a, tier_id) | {
+            "b_attempts": job.attempts,
+            "b_at": at,
+            "b_lent_from": lent_from,
+            "b_lent_until": lent_until,
+        }
 
     def event(self, job: LockedJob, a: Dispatch, at: datetime) -> dict[str, Any]:
-        detail = {"node": a.node, "tier": a.tier, "gpus": a.num_gpus, "attempt": job.attempts + 1}
+        detail: dict[str, Any] = {
+            "node": a.node,
+            "tier": a.tier,
+            "gpus": a.num_gpus,
+            "attempt": job.attempts + 1,
+        }
+        lent_from, lent_until = _loan(a)
+        if lent_from is not None and lent_until is not None:
+            detail |= {"lent_from": lent_from, "lent_until": lent_until.isoformat()}
         return event_row(
             job.id, at, EventKind.DISPATCHED, _QUEUED, JobState.DISPATCHED.value, detail
         )
@@ -218,6 +236,13 @@ class _Dispatch(ActionKind[Dispatch]):
             node_name=a.node,
             tier_id=tier_id,
         )
+
+
+def _loan(a: Dispatch) -> tuple[int | None, datetime | None]:
+    """A dispatch on lent GPUs: the lender's store id and the loan's end (else None, None)."""
+    if a.lent_from is None or a.lent_until is None:
+        return None, None
+    return store_job_id(a.lent_from), from_epoch(a.lent_until)
 
 
 def _where(job: LockedJob, a: Action, tier_id: uuid.UUID) -> dict[str, Any]:

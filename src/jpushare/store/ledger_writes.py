@@ -9,18 +9,19 @@ ConcurrentUpdate so the caller's transaction (or savepoint) is rolled back whole
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from jpushare.ledger import Account, AttemptEnd, Charge, LedgerEvent, settle
 from jpushare.ledger import accrue_reservation as ledger_accrue
 from jpushare.store.errors import ConcurrentUpdate
-from jpushare.store.schema import Job, JobState, Lab
+from jpushare.store.schema import ACTIVE_STATES, Job, JobState, Lab
 from jpushare.store.times import to_epoch
 from jpushare.store.transitions import (
     LockedJob,
@@ -28,12 +29,17 @@ from jpushare.store.transitions import (
     clean_text,
     event_row,
     guarded_update,
+    lock_job,
     rowcount,
+    tier_tflops,
 )
 
 _JOBS = cast(Table, Job.__table__)
 _LABS = cast(Table, Lab.__table__)
 _QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
+_ACTIVE = [s.value for s in ACTIVE_STATES]
+_LENDER = _JOBS.alias("lender")
+_AT = attrgetter("at")
 
 _CHARGE_LAB = (
     update(_LABS)
@@ -78,6 +84,7 @@ def write_attempt_ends(session: Session, ends: Sequence[AppliedEnd]) -> None:
     and attempt it was locked in; then the labs' charges (one UPDATE per charged job, in
     the given order, so a lab's usage gains the same additions in the same order as one
     by one) and every event in one INSERT."""
+    end_loans(session, ends)
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     labs: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
@@ -133,16 +140,18 @@ def execute_all(session: Session, statement: Any, params: list[dict[str, Any]], 
         raise ConcurrentUpdate(f"{what}: {matched} of {len(params)} guarded updates matched")
 
 
-def accrue_reservation(session: Session, job: LockedJob, now: datetime, tflops: float) -> float:
+def accrue_reservation(
+    session: Session, job: LockedJob, now: datetime, tflops: float, lent: int = 0
+) -> float:
     """Accrue the locked job's reservation cost up to `now` into the job (SPEC §4: the lab
     is not charged); the cost added. Nothing unless the job is queued with GPUs reserved,
-    guarded on the reservation it was locked with."""
+    guarded on the reservation it was locked with. `lent`: its GPUs lent out meanwhile
+    (lending), which their borrowers pay for as their run, so the reservation does not."""
     last = job.reservation_last_accrued_at
     if job.state != _QUEUED or last is None:
         return 0.0
-    accrual = ledger_accrue(
-        account_of(job), job.reserved_gpus, to_epoch(last), to_epoch(now), tflops
-    )
+    gpus = max(0, job.reserved_gpus - lent)
+    accrual = ledger_accrue(account_of(job), gpus, to_epoch(last), to_epoch(now), tflops)
     if accrual.accrued_to is None:
         return 0.0
     ok = guarded_update(
@@ -155,6 +164,48 @@ def accrue_reservation(session: Session, job: LockedJob, now: datetime, tflops: 
         reservation_last_accrued_at=now,
     )
     return accrual.cost if ok else 0.0
+
+
+def lent_gpus(session: Session, lenders: Iterable[int]) -> dict[int, int]:
+    """GPUs of each of these queued jobs' reservations lent out now: their DISPATCHED and
+    RUNNING borrowers on the same placement (`reserved_gpus: lend-by-limit`)."""
+    ids = sorted(set(lenders))
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(Job.lent_from_job_id, func.sum(Job.num_gpus))
+        .join(_LENDER, _LENDER.c.id == Job.lent_from_job_id)
+        .where(
+            Job.lent_from_job_id.in_(ids),
+            Job.state.in_(_ACTIVE),
+            _LENDER.c.reserved_node_name == Job.node_name,
+            _LENDER.c.reserved_tier_id == Job.tier_id,
+        )
+        .group_by(Job.lent_from_job_id)
+    )
+    return {int(lender): int(n) for lender, n in rows if lender is not None}
+
+
+def end_loans(session: Session, ends: Sequence[AppliedEnd]) -> None:
+    """Runs on lent GPUs that end give them back to their lender's reservation: accrue it
+    up to each end with the GPUs lent until then, so that the next accrual, without
+    them, charges the reservation for them only from the end on (never twice)."""
+    returned: dict[int, int] = {}  # lender -> GPUs given back by the ends before this one
+    for a in sorted((a for a in ends if a.job.lent_from_job_id is not None), key=_AT):
+        lender_id = a.job.lent_from_job_id
+        assert lender_id is not None
+        lender = lock_job(session, lender_id)
+        if (
+            lender is None
+            or lender.reserved_tier_id is None
+            or (lender.reserved_node_name, lender.reserved_tier_id)
+            != (a.job.node_name, a.job.tier_id)
+        ):
+            continue  # its reservation is gone or elsewhere: nothing was lent from it
+        lent = lent_gpus(session, [lender_id]).get(lender_id, 0) - returned.get(lender_id, 0)
+        tflops = tier_tflops(session, lender.reserved_tier_id)
+        accrue_reservation(session, lender, a.at, tflops, lent)
+        returned[lender_id] = returned.get(lender_id, 0) + a.job.num_gpus
 
 
 def charge_lab(

@@ -62,6 +62,8 @@ _CLEARED_PLACEMENT: dict[str, Any] = {
     "dispatched_at": None,
     "started_at": None,
     "ended_at": None,
+    "lent_from_job_id": None,
+    "lent_until": None,
 }
 
 

@@ -130,6 +130,11 @@ class JobRecord:
     array_task_id: int | None = None
     array_limit: int | None = None
 
+    # Lending (revision 0009): the current (or last) attempt runs on GPUs lent from this
+    # job's reservation, until the end of its own time limit.
+    lent_from_job_id: int | None = None
+    lent_until: datetime | None = None
+
     @property
     def display_id(self) -> str:
         """The id people type: `ARRAY_TASK` for an array's task (as Slurm), else the id."""

@@ -52,6 +52,39 @@ def held_reservations(session: Session) -> list[HeldReservation]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class LentRun:
+    """A DISPATCHED or RUNNING job on GPUs lent from `lent_from`'s reservation (lending)."""
+
+    job_id: int
+    node: str
+    tier: str
+    gpus: int
+    lent_from: int
+    until: datetime | None
+
+
+def lent_runs(session: Session) -> list[LentRun]:
+    """Every run on lent GPUs now (`reserved_gpus: lend-by-limit`), by job id: a handful
+    of rows among the active jobs."""
+    rows = session.execute(
+        select(
+            Job.id, Job.node_name, GpuTier.name, Job.num_gpus, Job.lent_from_job_id, Job.lent_until
+        )
+        .join(GpuTier, GpuTier.id == Job.tier_id)
+        .where(
+            Job.lent_from_job_id.is_not(None),
+            Job.state.in_([JobState.DISPATCHED.value, JobState.RUNNING.value]),
+        )
+        .order_by(Job.id)
+    )
+    return [
+        LentRun(jid, node, tier, n, lender, until)
+        for jid, node, tier, n, lender, until in rows
+        if node is not None and lender is not None
+    ]
+
+
 def reserved_by_placement(held: Sequence[HeldReservation]) -> dict[PlacementKey, int]:
     out: dict[PlacementKey, int] = defaultdict(int)
     for r in held:

@@ -286,6 +286,12 @@ class Job(Base):
     array_job_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
     array_task_id: Mapped[int | None] = mapped_column(Integer)
     array_limit: Mapped[int | None] = mapped_column(Integer)  # --array …%K
+    # The lending option (`reserved_gpus: lend-by-limit`, revision 0009): the current (or
+    # last) attempt runs on GPUs lent from this job's reservation, until its time limit.
+    lent_from_job_id: Mapped[int | None] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite")
+    )
+    lent_until: Mapped[datetime | None]
 
 
 class JobEvent(Base):

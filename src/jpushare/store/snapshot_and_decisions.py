@@ -32,7 +32,7 @@ from jpushare.store.actions import KINDS
 from jpushare.store.errors import ConcurrentUpdate
 from jpushare.store.inventory import POLICY_TIER_COLUMNS, PlacementKey, placements
 from jpushare.store.launches import launch_details
-from jpushare.store.ledger_writes import accrue_reservation
+from jpushare.store.ledger_writes import accrue_reservation, lent_gpus
 from jpushare.store.records import DispatchedJob, Recorded
 from jpushare.store.schema import ACTIVE_STATES, GpuTier, Job, JobState, Lab
 from jpushare.store.times import from_epoch, to_epoch
@@ -138,7 +138,7 @@ def load_snapshot(
         memo.last = (lab_names, tier_names, built)
 
     running: list[RunningJob] = []
-    for jid, node, tier_id, n, started, dispatched, limit_s in session.execute(
+    for jid, node, tier_id, n, started, dispatched, limit_s, lent_from in session.execute(
         select(
             Job.id,
             Job.node_name,
@@ -147,6 +147,7 @@ def load_snapshot(
             Job.started_at,
             Job.dispatched_at,
             Job.time_limit_s,
+            Job.lent_from_job_id,
         ).where(Job.state.in_([s.value for s in ACTIVE_STATES]))
     ):
         at = started or dispatched
@@ -160,6 +161,7 @@ def load_snapshot(
                 n,
                 to_epoch(at),
                 limit_s,
+                None if lent_from is None else policy_job_id(lent_from),
             )
         )
 
@@ -277,14 +279,18 @@ def record_decisions(
         partitions[name] = partition
         tier_defaults[name] = (cpus, mem)
 
-    # 2. Accruals (one reservation at a time in practice: row by row).
+    # 2. Accruals (one reservation at a time in practice: row by row). GPUs lent out are
+    # their borrowers' run cost, not the reservation's (a loan's end accrues up to then).
     accrued_total = 0.0
+    lent = lent_gpus(session, accruals)
     for job_id, accrual in sorted(accruals.items()):
         job = locked.get(job_id)
         if job is not None:
             tier = job.reserved_tier_id
             tf = tflops.get(tier, 0.0) if tier is not None else 0.0
-            accrued_total += accrue_reservation(session, job, from_epoch(accrual.accrued_to), tf)
+            accrued_total += accrue_reservation(
+                session, job, from_epoch(accrual.accrued_to), tf, lent.get(job_id, 0)
+            )
 
     # 3. Check every action against the locked rows.
     applied: set[int] = set()  # indexes into decisions.actions

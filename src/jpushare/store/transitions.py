@@ -80,6 +80,7 @@ class LockedJob:
     reservation_last_accrued_at: datetime | None
     reservation_gpu_seconds: float
     waiting: str | None = None  # not None: held or waiting, not in the policy's queue
+    lent_from_job_id: int | None = None  # its run is on GPUs lent from this job's reservation
 
 
 _LOCK_COLUMNS = (
@@ -101,6 +102,7 @@ _LOCK_COLUMNS = (
     Job.reservation_last_accrued_at,
     Job.reservation_gpu_seconds,
     Job.waiting,
+    Job.lent_from_job_id,
 )
 
 

@@ -16,6 +16,7 @@ from jpushare.api.schemas import (
     MAX_QUEUE_LIMIT,
     ErrorPublic,
     LabsPublic,
+    PlacementLoan,
     PlacementPublic,
     PlacementReservation,
     PlacementsPublic,
@@ -28,7 +29,7 @@ from jpushare.api.why import QueueView, queue_entries
 from jpushare.store.aggregates import LabInFlight, lab_in_flight, lab_job_counts
 from jpushare.store.inventory import tier_names_by_sort_order
 from jpushare.store.jobs import Shown
-from jpushare.store.reservations import held_reservations
+from jpushare.store.reservations import held_reservations, lent_runs
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -80,6 +81,18 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
     tflops = {t.name: t.tflops for t in store.list_tiers(session)}
     held = held_reservations(session)
     serving = serving_by_placement(ctx.executor)
+    loans: dict[tuple[str, str], list[PlacementLoan]] = defaultdict(list)
+    holds = {r.job_id: (r.node, r.tier) for r in held}
+    for run in lent_runs(session):
+        if holds.get(run.lent_from) == (run.node, run.tier):  # its lender still holds them
+            loans[(run.node, run.tier)].append(
+                PlacementLoan(
+                    job_id=run.job_id,
+                    gpus=run.gpus,
+                    lent_from_job_id=run.lent_from,
+                    until=run.until,
+                )
+            )
     by_place: dict[tuple[str, str], list[PlacementReservation]] = defaultdict(list)
     for r in held:
         by_place[(r.node, r.tier)].append(
@@ -106,6 +119,8 @@ def placements(session: SessionDep, user: CurrentUser, ctx: ContextDep) -> Place
                 drained=node.admin_drained if node else False,
                 drain_reason=node.drain_reason if node else None,
                 reservations=by_place[p.key],
+                lent=sum(loan.gpus for loan in loans[p.key]),
+                loans=loans[p.key],
             )
         )
     return PlacementsPublic(data=data, count=len(data), computed_at=now)
