@@ -188,13 +188,15 @@ class JobCreate(JobBase, _In):
 
     mail_type: (
         Annotated[
-            list[Literal["NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL"]], Field(max_length=6)
+            list[Literal["NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "ARRAY_TASKS"]],
+            Field(max_length=7),
         ]
         | None
     ) = Field(
         default=None,
         description="sbatch --mail-type: mail its owner when it starts (BEGIN), ends (END), "
-        "fails (FAIL) or is requeued (REQUEUE); ALL is the four, NONE (the default) none",
+        "fails (FAIL) or is requeued (REQUEUE); ALL is the four, NONE (the default) none; "
+        "ARRAY_TASKS: an array's tasks mail one by one (else the array mails as a whole)",
     )
     mail_user: Annotated[str, AfterValidator(check_mail_address)] | None = Field(
         default=None,
