@@ -332,6 +332,16 @@ class JobPublic(JobBase):
     array_task_ids: list[int] | None = Field(
         default=None, description="in a submit's answer for an array: every task's job id"
     )
+    mail_type: list[str] | None = Field(
+        default=None,
+        description="its --mail-type ([] for none) in GET /v1/jobs/{id} and a submit's "
+        "answer; null in lists",
+    )
+    mail_user: str | None = Field(
+        default=None,
+        description="its --mail-user (null: its owner's account at the operator's mail "
+        "domain); private: null when hidden",
+    )
 
 
 class JobUpdate(_In):
