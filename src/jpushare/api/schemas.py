@@ -529,6 +529,7 @@ class WhyPublic(StartEstimate):
 class QueueEntryPublic(StartEstimate):
     rank: int
     job_id: int
+    display_id: str = Field(default="", description="ARRAY_TASK for an array's task, else id")
     name: str
     user: str
     lab: str
