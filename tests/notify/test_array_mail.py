@@ -13,6 +13,7 @@ from jpushare import store
 from jpushare.mail_types import MailType
 from jpushare.notify.array_mail import ArrayPlan, folded_state, plan, summary_mails
 from jpushare.store.array_mail import TaskEnd, array_began_before, array_ends
+from jpushare.store.notifications import NotifyEvent
 from jpushare.store.schema import JobEvent
 from tests.dispatcher.conftest import init_cluster
 from tests.notify.test_messages import T0, event
@@ -58,14 +59,16 @@ def test_the_store_answers_as_of_an_event_not_as_of_now(sessions: sessionmaker[S
         assert array_ends(s, array, end_b) == [TaskEnd("completed", 0), TaskEnd("failed", 3)]
 
 
-ARRAY = {"array_job_id": 12, "array_task_id": 0}
+def task(e: NotifyEvent) -> NotifyEvent:
+    """`e` as an event of task 0 of array 12."""
+    return replace(e, array_job_id=12, array_task_id=0)
 
 
 def test_an_array_begins_once_and_ends_once() -> None:
-    started = replace(event("started", from_state="DISPATCHED", types=frozenset({B, E})), **ARRAY)
+    started = task(event("started", from_state="DISPATCHED", types=frozenset({B, E})))
     assert plan(started, False, None).summary == [B]
     assert plan(started, True, None).summary == []  # another task began first
-    done = replace(event("completed", exit_code=0, types=frozenset({B, E})), **ARRAY)
+    done = task(event("completed", exit_code=0, types=frozenset({B, E})))
     assert plan(done, True, None).summary == []  # not the last task
     ends = [TaskEnd("completed", 0), TaskEnd("failed", 2)]
     assert plan(done, True, ends).summary == [E]
@@ -73,9 +76,9 @@ def test_an_array_begins_once_and_ends_once() -> None:
     assert plan(failing, True, ends).summary == [F]  # FAIL asked, a task failed
     only_fail = replace(done, mail_types=frozenset({F}))
     assert plan(only_fail, True, [TaskEnd("completed", 0)]).summary == []
-    unseen = replace(event("completed", from_state="DISPATCHED", exit_code=0), **ARRAY)
+    unseen = task(event("completed", from_state="DISPATCHED", exit_code=0))
     assert plan(unseen, False, [TaskEnd("completed", 0)]).summary == [B, E]
-    requeued = replace(event("oom_requeued"), **ARRAY)
+    requeued = task(event("oom_requeued"))
     assert plan(requeued, True, None) == ArrayPlan([R], [])  # per task, as Slurm's
 
 
@@ -92,7 +95,7 @@ def test_the_tasks_states_fold_as_slurms(ends: list[TaskEnd], state: str) -> Non
 
 
 def test_the_summary_subjects_are_slurms_with_jpu_share() -> None:
-    done = replace(event("failed", exit_code=3, at_s=50), **ARRAY)
+    done = task(event("failed", exit_code=3, at_s=50))
     ends = [TaskEnd("completed", 0), TaskEnd("failed", 3), TaskEnd("cancelled", None)]
     began, ended = summary_mails(done, [B, F], ends, "a@example.org")
     assert began.subject == "JPU-Share Array Summary Job_id=12_* (12) Name=train Began"

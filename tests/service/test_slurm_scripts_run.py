@@ -202,7 +202,7 @@ def _mailed_after(capsys: pytest.CaptureFixture[str], mails: MailBox) -> None:
     """Waits for a later job's mail: the channel goes in event order, so every mail of
     the jobs before it has been sent by then (none more will come)."""
     last = submitted(capsys, str(SCRIPTS / "mailed.sh"))["id"]
-    wait_for(lambda: _mails_about(mails, last), "the later job's mail")
+    wait_for(lambda: bool(_mails_about(mails, last)), "the later job's mail")
 
 
 def test_a_scripts_mail_directives_mail_its_end_and_its_failure(
@@ -212,7 +212,7 @@ def test_a_scripts_mail_directives_mail_its_end_and_its_failure(
     bad = submitted(capsys, str(SCRIPTS / "mailed.sh"), "3")["id"]  # the script's $1
     code, _, _ = jpushare(capsys, "wait", str(ok), str(bad), "--timeout", "120")
     assert code == 3  # wait exits with the worst exit code (sbatch --wait's)
-    wait_for(lambda: _mails_about(mails, ok) and _mails_about(mails, bad), "their mails")
+    wait_for(lambda: bool(_mails_about(mails, ok) and _mails_about(mails, bad)), "their mails")
     _mailed_after(capsys, mails)
     to = "alice@uni.example.edu"
     assert _mails_about(mails, ok) == [

@@ -40,7 +40,7 @@ def _began() -> ColumnElement[bool]:
     )
 
 
-def _tasks_events(array_job_id: int, before_or_at: int) -> Select[tuple[int]]:
+def _tasks_events(array_job_id: int, before_or_at: int) -> Select[int]:
     return (
         select(JobEvent.id)
         .join(Job, Job.id == JobEvent.job_id)
