@@ -70,7 +70,7 @@ COMMAND_HELP: dict[str, str] = {
     "cancel": "cancel jobs: by id, or by --state/--name/--user",
     "hold": "hold queued jobs: out of the queue until released",
     "release": "release held jobs: they queue from now",
-    "update": "change a queued job's --name or --time-limit",
+    "update": "change a queued job's (or array's) --name or --time-limit",
     "wait": "wait until jobs end (or, with --started, leave the queue)",
     "queue": "the queue in fair-share order, with each job's why",
     "squeue": "running and queued jobs, as squeue shows them",

@@ -9,10 +9,14 @@ sbatch's meanings, which JPU-Share keeps (`notify.messages` sends them):
 - FAIL: the job failed (an exit code other than 0, its time limit, out of memory, a lost
   node: every FAILED end);
 - REQUEUE: the job went back to the queue after an out-of-memory or node failure;
-- ALL: BEGIN, END, FAIL and REQUEUE; NONE: no mail.
+- ALL: BEGIN, END, FAIL and REQUEUE; NONE: no mail;
+- ARRAY_TASKS (not a mail of its own, and not in ALL): an array's tasks mail one by one.
+  Without it an array mails as a whole, as Slurm's "Array Summary": BEGIN once, when its
+  first task starts; END (or FAIL, if asked and a task failed) once, when its last task
+  ends; REQUEUE per requeued task.
 
-sbatch's other types (TIME_LIMIT, TIME_LIMIT_90/80/50, ARRAY_TASKS, INVALID_DEPEND,
-STAGE_OUT) are not sent: `parse_mail_types` names them apart so the CLI can warn and go on.
+sbatch's other types (TIME_LIMIT, TIME_LIMIT_90/80/50, INVALID_DEPEND, STAGE_OUT) are
+not sent: `parse_mail_types` names them apart so the CLI can warn and go on.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ class MailType(StrEnum):
     END = "END"
     FAIL = "FAIL"
     REQUEUE = "REQUEUE"
+    ARRAY_TASKS = "ARRAY_TASKS"  # how an array's mail goes (per task), not a mail
 
 
-ALL_MAIL_TYPES = frozenset(MailType)
-ACCEPTED = "NONE, BEGIN, END, FAIL, REQUEUE, ALL"
+ALL_MAIL_TYPES = frozenset({MailType.BEGIN, MailType.END, MailType.FAIL, MailType.REQUEUE})
+ACCEPTED = "NONE, BEGIN, END, FAIL, REQUEUE, ALL, ARRAY_TASKS"
 # sbatch's types JPU-Share reads and does not send (a warning, not an error).
 NOT_SENT = frozenset(
     {
@@ -37,7 +42,6 @@ NOT_SENT = frozenset(
         "TIME_LIMIT_90",
         "TIME_LIMIT_80",
         "TIME_LIMIT_50",
-        "ARRAY_TASKS",
         "INVALID_DEPEND",
         "STAGE_OUT",
     }

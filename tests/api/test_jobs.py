@@ -31,7 +31,7 @@ def test_submit_returns_201_with_the_job(api: ApiWorld) -> None:
     assert job["reservation"] is None and job["charged_tflop_s"] == 0.0
     assert api.get(f"/v1/jobs/{job['id']}", "alice").json() == job
     # another lab's student sees it without its command (README, "Privacy")
-    private = ["command", "workdir", "environment", "output_path", "error_path"]
+    private = ["command", "workdir", "environment", "output_path", "error_path", "mail_user"]
     assert api.get(f"/v1/jobs/{job['id']}", "bob").json() == {
         **job,
         **dict.fromkeys(private),

@@ -28,7 +28,7 @@ OTHER_PUBLIC_FIELDS = {
     "hidden", "lab_usage_tflop_s", "code", "sentence", "queue_length", "top_job_id",
     "fit_placements", "schedulable_fit_placements", "best_idle", "blocking", "dispatch",
     "placements", "notes", "next_cycle", "charge_provisional", "estimate_basis",
-    "estimate_sentence", "lent_from_job_id", "lent_until",
+    "estimate_sentence", "lent_from_job_id", "lent_until", "mail_type",
 }  # fmt: skip
 
 # (viewer, sees alice's command): alice's own, her lab's pi, an admin; not another

@@ -23,7 +23,8 @@ B, E, F, R = MailType.BEGIN, MailType.END, MailType.FAIL, MailType.REQUEUE
         ("BEGIN, END", {B, E}, []),
         ("NONE", set(), []),
         ("END,TIME_LIMIT_80", {E}, ["TIME_LIMIT_80"]),
-        ("ARRAY_TASKS", set(), ["ARRAY_TASKS"]),
+        ("END,ARRAY_TASKS", {E, MailType.ARRAY_TASKS}, []),  # how, not a mail: not in ALL
+        ("ALL,INVALID_DEPEND", {B, E, F, R}, ["INVALID_DEPEND"]),
     ],
 )
 def test_mail_types_read_as_sbatch(text: str, types: set[MailType], skipped: list[str]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jpushare.mail_types import MailType
+from jpushare.mail_types import ALL_MAIL_TYPES, MailType
 from jpushare.store.notifications import job_mail
 from tests.client.test_cli_server import Served, cli, served  # noqa: F401 (the fixture)
 
@@ -45,7 +45,7 @@ def test_a_scripts_mail_directives_are_the_jobs_and_the_command_line_wins(
                          str(script), capsys=capsys)  # fmt: skip
     assert code == 0, err
     assert "warning: --mail-type TIME_LIMIT_80 ignored: JPU-Share does not send it" in err
-    assert _mail(served, json.loads(out)["id"]) == (frozenset(MailType), "alice@uni.example.edu")
+    assert _mail(served, json.loads(out)["id"]) == (ALL_MAIL_TYPES, "alice@uni.example.edu")
 
     code, out, err = cli(served, "alice", "submit", "--json", "--mail-type", "NONE",
                          str(script), capsys=capsys)  # fmt: skip
@@ -93,3 +93,36 @@ def test_the_api_refuses_what_the_cli_would(served: Served) -> None:  # noqa: F8
     assert answer.status_code == 201
     asked = frozenset({MailType.BEGIN, MailType.REQUEUE})
     assert _mail(served, answer.json()["id"]) == (asked, None)
+
+
+def test_show_says_the_mail_request_and_the_address_only_to_those_who_manage_the_job(
+    served: Served,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    code, out, err = cli(served, "alice", "submit", "--json", str(script), capsys=capsys)
+    assert code == 0, err
+    answer = json.loads(out)
+    assert (answer["mail_type"], answer["mail_user"]) == (["END", "FAIL"], "alice@uni.example.edu")
+    job = answer["id"]
+    for viewer, sees in [("alice", True), ("pia", True), ("root", True), ("bob", False)]:
+        code, out, err = cli(served, viewer, "show", "--json", str(job), capsys=capsys)
+        assert code == 0, err
+        shown = json.loads(out)["job"]
+        assert shown["mail_type"] == ["END", "FAIL"]  # as scontrol's MailType, for all
+        if sees:
+            assert shown["mail_user"] == "alice@uni.example.edu", viewer
+        else:
+            assert shown["mail_user"] is None and "mail_user" in shown["hidden"], viewer
+    code, out, _ = cli(served, "alice", "show", str(job), capsys=capsys)
+    assert "  mail:      END,FAIL to alice@uni.example.edu" in out.splitlines()
+    code, out, _ = cli(served, "bob", "show", str(job), capsys=capsys)
+    assert "  mail:      END,FAIL to (hidden)" in out.splitlines()
+    code, out, _ = cli(served, "alice", "submit", "--json", "--mail-type", "BEGIN", "-G", "1",
+                       "--", "true", capsys=capsys)  # fmt: skip
+    code, out, _ = cli(served, "alice", "show", str(json.loads(out)["id"]), capsys=capsys)
+    assert "  mail:      BEGIN to its owner's account at the mail domain" in out.splitlines()
+    code, out, _ = cli(served, "alice", "jobs", "--json", capsys=capsys)
+    assert {j["mail_type"] for j in json.loads(out)["data"]} == {None}  # lists: not read

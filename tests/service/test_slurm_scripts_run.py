@@ -1,27 +1,66 @@
 """Slurm users' scripts (tests/client/slurm_scripts/) under `jpushare submit` against a real
 `serve --demo` (SQLite, local executor): an array throttled by `%K` whose tasks see
 SLURM_ARRAY_* and write `%A_%a` files; a pipeline chained by afterok / afternotok with
---kill-on-invalid-dep; a held job released; singletons run one after the other."""
+--kill-on-invalid-dep; a held job released; singletons run one after the other; mail
+directives answered through a real SMTP server (aiosmtpd): a job's END / FAIL, an array's
+one Began and one Ended (Slurm's "Array Summary"), and every task's with ARRAY_TASKS."""
 
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from aiosmtpd.controller import Controller
 
 from jpushare.cli import main
+from tests.dispatcher.conftest import wait_for
+from tests.notify.conftest import MailBox, free_port
 from tests.service.demo_service import DemoService, demo_service
 
 SCRIPTS = Path(__file__).parents[1] / "client" / "slurm_scripts"
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoService]:
+def mails() -> Iterator[MailBox]:
+    """The relay the demo mails through: a real SMTP server that keeps what it gets."""
+    box = MailBox("127.0.0.1", free_port())
+    controller = Controller(box, hostname=box.host, port=box.port)
+    controller.start()
+    try:
+        yield box
+    finally:
+        controller.stop()
+
+
+def _mail_cursor(database: Path) -> bool:
+    if not database.exists():
+        return False
+    with sqlite3.connect(database) as db:
+        try:
+            row = db.execute("SELECT 1 FROM notify_cursors WHERE channel = 'mail'").fetchone()
+        except sqlite3.OperationalError:  # not created yet
+            return False
+    return row is not None
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory, mails: MailBox) -> Iterator[DemoService]:
     tmp = tmp_path_factory.mktemp("slurm-scripts")
-    with demo_service(tmp, "slurm-scripts", JPUSHARE_CYCLE_S="0.3") as served:
+    with demo_service(
+        tmp,
+        "slurm-scripts",
+        JPUSHARE_CYCLE_S="0.3",
+        JPUSHARE_SMTP_HOST=mails.host,
+        JPUSHARE_SMTP_PORT=str(mails.port),
+        JPUSHARE_NOTIFY_POLL_S="0.1",
+    ) as served:
+        # Jobs submitted before the mail channel's cursor exists are history, not mailed.
+        wait_for(lambda: _mail_cursor(tmp / "var" / "jpushare.sqlite"), "the mail cursor")
         yield served
 
 
@@ -147,3 +186,68 @@ def test_singleton_scripts_run_one_after_the_other(
     (b,) = _attempts(show(capsys, second))
     assert _time(b["dispatched_at"]) >= _time(a["ended_at"])
     assert (here / f"nightly-{second}.out").read_text() == f"nightly nightly {second}\n"
+
+
+def _plain(subject: str) -> str:
+    return re.sub(r"\d+(-\d\d)?:\d\d:\d\d", "T", subject)
+
+
+def _mails_about(mails: MailBox, job: object) -> list[tuple[str, str]]:
+    """(recipient, subject with times as T) of the mails that name job or array `job`."""
+    said = re.compile(rf"Job_id={job}[ _]")
+    return [(m.rcpt[0], _plain(m.subject)) for m in mails.received() if said.search(m.subject)]
+
+
+def _mailed_after(capsys: pytest.CaptureFixture[str], mails: MailBox) -> None:
+    """Waits for a later job's mail: the channel goes in event order, so every mail of
+    the jobs before it has been sent by then (none more will come)."""
+    last = submitted(capsys, str(SCRIPTS / "mailed.sh"))["id"]
+    wait_for(lambda: bool(_mails_about(mails, last)), "the later job's mail")
+
+
+def test_a_scripts_mail_directives_mail_its_end_and_its_failure(
+    here: Path, capsys: pytest.CaptureFixture[str], mails: MailBox
+) -> None:
+    ok = submitted(capsys, str(SCRIPTS / "mailed.sh"))["id"]
+    bad = submitted(capsys, str(SCRIPTS / "mailed.sh"), "3")["id"]  # the script's $1
+    code, _, _ = jpushare(capsys, "wait", str(ok), str(bad), "--timeout", "120")
+    assert code == 3  # wait exits with the worst exit code (sbatch --wait's)
+    wait_for(lambda: bool(_mails_about(mails, ok) and _mails_about(mails, bad)), "their mails")
+    _mailed_after(capsys, mails)
+    to = "alice@uni.example.edu"
+    assert _mails_about(mails, ok) == [
+        (to, f"JPU-Share Job_id={ok} Name=mailed Ended, Run time T, COMPLETED, ExitCode 0")
+    ]
+    assert _mails_about(mails, bad) == [
+        (to, f"JPU-Share Job_id={bad} Name=mailed Failed, Run time T, FAILED, ExitCode 3")
+    ]
+
+
+def test_an_array_mails_as_a_whole_unless_array_tasks_is_asked_for(
+    here: Path, capsys: pytest.CaptureFixture[str], mails: MailBox
+) -> None:
+    whole = submitted(capsys, str(SCRIPTS / "mailed_sweep.sh"))
+    each = submitted(capsys, "--mail-type", "END,ARRAY_TASKS", str(SCRIPTS / "mailed_sweep.sh"))
+    code, _, _ = jpushare(capsys, "wait", str(whole["id"]), str(each["id"]), "--timeout", "120")
+    assert code == 2  # task 1 of each failed
+    _mailed_after(capsys, mails)
+    to, array = "alice@uni.example.edu", whole["id"]
+    assert _mails_about(mails, array) == [
+        (to, f"JPU-Share Array Summary Job_id={array}_* ({array}) Name=msweep Began"),
+        (
+            to,
+            f"JPU-Share Array Summary Job_id={array}_* ({array}) Name=msweep Ended, Mixed, "
+            "ExitCode [0-2]",
+        ),
+    ]
+    tasks, array = each["array_task_ids"], each["id"]
+    assert isinstance(tasks, list)
+    states = ["COMPLETED, ExitCode 0", "FAILED, ExitCode 2", "COMPLETED, ExitCode 0"]
+    assert sorted(_mails_about(mails, array)) == [
+        (
+            to,
+            f"JPU-Share Array Task Job_id={array}_{t} ({tasks[t]}) Name=msweep Ended, "
+            f"Run time T, {states[t]}",
+        )
+        for t in range(3)
+    ]

@@ -22,7 +22,9 @@ from jpushare.store.records import JobRecord, UserRecord
 
 # A job's fields that only its owner, its lab's PIs and admins see: the store's list, so
 # that lean reads (`managed_by`) leave out exactly what this hides.
-PRIVATE_JOB_FIELDS: tuple[str, ...] = PRIVATE_JOB_COLUMNS
+# `mail_user` is no jobs column (job_mail's): only `GET /v1/jobs/{id}` and a submit's
+# answer read it, and lists leave it null.
+PRIVATE_JOB_FIELDS: tuple[str, ...] = (*PRIVATE_JOB_COLUMNS, "mail_user")
 
 View = TypeVar("View", bound=BaseModel)
 

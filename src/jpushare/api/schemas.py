@@ -188,13 +188,15 @@ class JobCreate(JobBase, _In):
 
     mail_type: (
         Annotated[
-            list[Literal["NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL"]], Field(max_length=6)
+            list[Literal["NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "ARRAY_TASKS"]],
+            Field(max_length=7),
         ]
         | None
     ) = Field(
         default=None,
         description="sbatch --mail-type: mail its owner when it starts (BEGIN), ends (END), "
-        "fails (FAIL) or is requeued (REQUEUE); ALL is the four, NONE (the default) none",
+        "fails (FAIL) or is requeued (REQUEUE); ALL is the four, NONE (the default) none; "
+        "ARRAY_TASKS: an array's tasks mail one by one (else the array mails as a whole)",
     )
     mail_user: Annotated[str, AfterValidator(check_mail_address)] | None = Field(
         default=None,
@@ -329,6 +331,16 @@ class JobPublic(JobBase):
     array_limit: int | None = Field(default=None, description="--array …%K: at most K at once")
     array_task_ids: list[int] | None = Field(
         default=None, description="in a submit's answer for an array: every task's job id"
+    )
+    mail_type: list[str] | None = Field(
+        default=None,
+        description="its --mail-type ([] for none) in GET /v1/jobs/{id} and a submit's "
+        "answer; null in lists",
+    )
+    mail_user: str | None = Field(
+        default=None,
+        description="its --mail-user (null: its owner's account at the operator's mail "
+        "domain); private: null when hidden",
     )
 
 
@@ -531,6 +543,7 @@ class WhyPublic(StartEstimate):
 class QueueEntryPublic(StartEstimate):
     rank: int
     job_id: int
+    display_id: str = Field(default="", description="ARRAY_TASK for an array's task, else id")
     name: str
     user: str
     lab: str

@@ -409,6 +409,7 @@ def queue_entries(
             QueueEntryPublic(
                 rank=rank + 1,
                 job_id=job.id,
+                display_id=job.display_id,
                 name=job.name,
                 user=job.user_name,
                 lab=q.lab,

@@ -135,7 +135,7 @@ def _queue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         rows = [
             (
                 e["rank"],
-                e["job_id"],
+                e.get("display_id") or e["job_id"],
                 e["name"],
                 e["user"],
                 e["lab"],
@@ -381,8 +381,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="add each job's estimated start (a projection, like squeue --start) and its basis",
     )
+    p.add_argument("jobs", nargs="*", type=arguments.job_ref, metavar="ID",
+                   help="only these (ID: an array's every task; ID_TASK): squeue -j")  # fmt: skip
     squeue_view.add_user_selection(p)
     p = add("squeue", squeue_view.squeue, "running and queued jobs, as squeue shows them")
+    p.add_argument("--jobs", "-j", type=arguments.job_refs, action="extend", metavar="ID[,ID…]",
+                   help="only these (ID: an array's every task; ID_TASK)")  # fmt: skip
     squeue_view.add_user_selection(p)
 
     for name, printer, text in (

@@ -64,8 +64,10 @@ def release(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -
 
 
 def update(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
-    """Change a queued job's name or time limit."""
+    """Change a queued job's name or time limit; an array's ID changes every task still
+    queued (as scontrol update on an ArrayJobId), ID_TASK that task."""
     from jpushare.client.arguments import UsageError
+    from jpushare.client.job_refs import resolve
 
     changes: JSON = {}
     if args.name is not None:
@@ -74,7 +76,13 @@ def update(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
         changes["time_limit_s"] = args.time_limit
     if not changes:
         raise UsageError("update needs --name or --time-limit")
-    return _each(api, [args.job], lambda j: api.update(j, changes), "updated", args, out)
+    ref = args.target
+    ids = resolve(api, ref, every_task=False)
+    if ref.task is None:
+        tasks = api.array_tasks(ref.job)
+        queued = [t["id"] for t in tasks if t.get("state") == "GLOBAL_QUEUE_WAIT"]
+        ids = sorted(queued) or ids  # none queued: the API says why the first can't change
+    return _each(api, ids, lambda j: api.update(j, changes), "updated", args, out)
 
 
 def register(add: Callable[..., argparse.ArgumentParser], job_ref: Callable[[str], object],
@@ -87,8 +95,9 @@ def register(add: Callable[..., argparse.ArgumentParser], job_ref: Callable[[str
         p = add(name, printer, text)
         p.add_argument("jobs", type=job_ref, nargs="+", metavar="JOB",
                        help="job ids: ID (an array: every task) or ID_TASK")  # fmt: skip
-    p = add("update", update, "change a queued job's --name or --time-limit")
-    p.add_argument("job", type=job_ref, metavar="JOB", help="the job: ID or ID_TASK")
+    p = add("update", update, "change a queued job's (or array's) --name or --time-limit")
+    p.add_argument("target", type=job_ref, metavar="JOB",
+                   help="the job: ID (an array: every queued task) or ID_TASK")  # fmt: skip
     p.add_argument("--name", "--job-name", "-J", metavar="NAME", help="its new name")
     p.add_argument("--time-limit", "--time", "-t", type=time_limit, metavar="TIME",
                    dest="time_limit", help="its new limit, as sbatch --time")  # fmt: skip

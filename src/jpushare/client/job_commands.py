@@ -205,6 +205,13 @@ def show(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> J
     if job.get("array_job_id") is not None:
         limit = f", at most {job['array_limit']} at once" if job.get("array_limit") else ""
         lines.append(f"  array:     {job['array_job_id']}, task {job['array_task_id']}{limit}")
+    if job.get("mail_type"):  # scontrol's MailType= MailUser=
+        to = (
+            "(hidden)"
+            if "mail_user" in hidden
+            else job.get("mail_user") or "its owner's account at the mail domain"
+        )
+        lines.append(f"  mail:      {','.join(job['mail_type'])} to {to}")
     print("\n".join(lines), file=out)
     rows = [
         (

@@ -2,7 +2,8 @@
 names (R running, CF dispatched and starting, PD queued), the queued ones in fair-share
 order with their reason (the `why` code) where squeue prints NODELIST(REASON), then the
 held and waiting ones (HELD, DEPENDENCY, ARRAY_LIMIT, DEPENDENCY_NEVER_SATISFIED). `--me` and
-`-u USER` select as squeue's; `queue --me`/`-u` use the same selection."""
+`-u USER` select as squeue's, `-j ID[,ID…]` too (an array's ID: its every task); `queue
+--me`/`-u`/`ID…` use the same selection. An array's task shows as `ID_TASK`."""
 
 from __future__ import annotations
 
@@ -42,13 +43,19 @@ def _jobs(
 
 
 def selected_queue(api: Client, args: argparse.Namespace, limit: int) -> JSON:
-    """The queue (`api.queue`), only the caller's (`--me`) or a user's (`-u`) entries when
-    asked, at most `limit` of them; `queue_length` stays the whole queue's."""
-    if not (args.me or args.user):
+    """The queue (`api.queue`), only the caller's (`--me`), a user's (`-u`) or these jobs'
+    (`args.jobs`) entries when asked, at most `limit` of them; `queue_length` stays the
+    whole queue's."""
+    only = set(getattr(args, "jobs", None) or ())  # job ids (job_refs made them so)
+    if not (args.me or args.user or only):
         result: JSON = api.queue(limit=limit)
         return result
     queue = api.queue(limit=ALL_QUEUED)
-    if args.me:
+    if only:
+        queue = {**queue, "data": [e for e in queue["data"] if e["job_id"] in only]}
+    if not (args.me or args.user):
+        kept = queue["data"]
+    elif args.me:
         mine = {j["id"] for j in _jobs(api, [JobState.GLOBAL_QUEUE_WAIT], args)}
         kept = [e for e in queue["data"] if e["job_id"] in mine]
     else:
@@ -57,20 +64,27 @@ def selected_queue(api: Client, args: argparse.Namespace, limit: int) -> JSON:
 
 
 def squeue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) -> JSON:
+    only = set(args.jobs or ())
+
+    def chosen(j: JSON) -> bool:
+        return not only or j["id"] in only
+
     running = sorted(
-        _jobs(api, [JobState.RUNNING, JobState.DISPATCHED], args), key=lambda j: j["id"]
+        filter(chosen, _jobs(api, [JobState.RUNNING, JobState.DISPATCHED], args)),
+        key=lambda j: j["id"],
     )
     queued = selected_queue(api, args, ALL_QUEUED)["data"]
     # Held and waiting jobs are queued outside the fair-share order: after it, by id.
     waiting = sorted(
-        _jobs(api, [JobState.GLOBAL_QUEUE_WAIT], args, waiting=True), key=lambda j: j["id"]
+        filter(chosen, _jobs(api, [JobState.GLOBAL_QUEUE_WAIT], args, waiting=True)),
+        key=lambda j: j["id"],
     )
     answer: JSON = {"running": running, "queued": queued, "waiting": waiting}
     if args.json:
         return answer
     rows: list[tuple[object, ...]] = [
         (
-            j["id"],
+            j.get("display_id") or j["id"],
             j.get("tier") or "-",
             j["name"],
             j["user"],
@@ -83,7 +97,7 @@ def squeue(api: Client, args: argparse.Namespace, out: TextIO, now: datetime) ->
     ]
     rows += [
         (
-            e["job_id"],
+            e.get("display_id") or e["job_id"],
             e.get("min_tier") or "-",
             e["name"],
             e["user"],

@@ -7,7 +7,8 @@ each channel reads the events after its own cursor in the database (`store.notif
 on a thread of its own (`worker`), so a restart neither loses nor repeats a notification
 and a dead relay or webhook never slows the dispatch cycle. Modules: `settings` (the
 environment), `messages` (pure: the mail types an event sends, subjects, the webhook's
-JSON), `senders` (smtplib, urllib), `delivery` (retries with backoff), `gaps` (ids that
+JSON), `array_mail` (pure: an array's mail as a whole, Slurm's "Array Summary"),
+`senders` (smtplib, urllib), `delivery` (retries with backoff), `gaps` (ids that
 commit out of order), `channels`, `worker`; `start_notifier` is what `serve` calls.
 """
 

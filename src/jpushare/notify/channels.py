@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from jpushare.notify.array_mail import (
+    mails_as_a_whole,
+    needs_begin_check,
+    needs_end_check,
+    plan,
+    summary_mails,
+)
 from jpushare.notify.delivery import Outcome, deliver
 from jpushare.notify.messages import Mail, address_of, mail_types_of, mails_for, webhook_body
 from jpushare.notify.senders import post_json, send_mail
 from jpushare.notify.settings import Retries, SmtpSettings
+from jpushare.store.array_mail import array_began_before, array_ends
 from jpushare.store.jobs import job_history
 from jpushare.store.notifications import NotifyEvent
+from jpushare.store.records import JobEventRecord
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +54,8 @@ class MailChannel:
         self.count, self.send = count, send
 
     def handle(self, event: NotifyEvent, stop: threading.Event) -> Outcome | None:
-        if not mail_types_of(event):
+        whole = mails_as_a_whole(event)
+        if not mail_types_of(event) and not (whole and needs_end_check(event)):
             return None
         address = address_of(event, self.smtp.domain)
         if address is None:
@@ -60,8 +70,11 @@ class MailChannel:
             return Outcome(False, 0, error="no address")
         with self.sessions() as session:
             history = job_history(session, event.job_id)
+            mails = self._mails(session, event, history, address, whole)
+        if not mails:
+            return None
         outcome = Outcome(True, 0)
-        for mail in mails_for(event, history, address):
+        for mail in mails:
             outcome = deliver(
                 lambda mail=mail: self.send(self.smtp, mail),  # type: ignore[misc]
                 self.retries,
@@ -73,6 +86,31 @@ class MailChannel:
                 return outcome
             self.count(self.name, "sent" if outcome.delivered else "given_up")
         return outcome
+
+    @staticmethod
+    def _mails(
+        session: Session,
+        event: NotifyEvent,
+        history: Sequence[JobEventRecord],
+        address: str,
+        whole: bool,
+    ) -> list[Mail]:
+        """The event's mails: its task's own, or (an array mailing as a whole) the
+        array's summary ones (`array_mail`)."""
+        if not whole:
+            return mails_for(event, history, address)
+        assert event.array_job_id is not None
+        began = needs_begin_check(event) and array_began_before(
+            session, event.array_job_id, event.event_id
+        )
+        ends = (
+            array_ends(session, event.array_job_id, event.event_id)
+            if needs_end_check(event)
+            else None
+        )
+        todo = plan(event, began, ends)
+        own = mails_for(event, history, address, todo.task_types) if todo.task_types else []
+        return summary_mails(event, todo.summary, ends, address) + own
 
 
 class WebhookChannel:

@@ -113,17 +113,27 @@ def _attempt(event: NotifyEvent, history: Sequence[JobEventRecord]) -> _Attempt:
     return _Attempt(queued, started, where)
 
 
-def mails_for(event: NotifyEvent, history: Sequence[JobEventRecord], address: str) -> list[Mail]:
-    """The mails this event sends to `address` (see the module docstring)."""
+def mails_for(
+    event: NotifyEvent,
+    history: Sequence[JobEventRecord],
+    address: str,
+    types: Sequence[MailType] | None = None,
+) -> list[Mail]:
+    """The mails this event sends to `address` (see the module docstring): those of
+    `types` (default `mail_types_of(event)`). An array's task says so as Slurm does:
+    `Array Task Job_id=12_3 (15)`."""
     attempt = _attempt(event, history)
     queued, started = attempt.queued, attempt.started
     name = one_line(event.job_name)
     head = f"{SUBJECT_PREFIX} Job_id={event.job_id} Name={name}"
+    if event.array_job_id is not None:
+        task = f"{event.array_job_id}_{event.array_task_id}"
+        head = f"{SUBJECT_PREFIX} Array Task Job_id={task} ({event.job_id}) Name={name}"
     detail = event.detail
     exit_code = detail.get("exit_code")
     reason = detail.get("reason") if isinstance(detail.get("reason"), str) else None
     out: list[Mail] = []
-    for kind in mail_types_of(event):
+    for kind in mail_types_of(event) if types is None else types:
         if kind is MailType.BEGIN:
             began = event.at if event.kind == "started" else (started or event.at)
             subject = f"{head} Began, Queued time {duration((began - queued).total_seconds())}"

@@ -68,6 +68,8 @@ class NotifyEvent:
     submitted_at: datetime
     mail_types: frozenset[MailType]
     mail_user: str | None
+    array_job_id: int | None = None  # a task of this array (Slurm's ArrayJobId)
+    array_task_id: int | None = None
 
 
 def set_job_mail(
@@ -133,6 +135,8 @@ _EVENTS = (
         Job.submitted_at,
         JobMailRow.mail_types,
         JobMailRow.mail_user,
+        Job.array_job_id,
+        Job.array_task_id,
     )
     .join(Job, Job.id == JobEvent.job_id)
     .join(User, User.id == Job.user_id)
@@ -164,6 +168,8 @@ def events_after(session: Session, after_id: int, limit: int) -> list[NotifyEven
             submitted_at=r[13],
             mail_types=stored_mail_types(r[14]),
             mail_user=r[15],
+            array_job_id=r[16],
+            array_task_id=r[17],
         )
         for r in rows
     ]

@@ -40,8 +40,9 @@ from jpushare.executors.output_files import (
     output_paths,
     read_tail,
 )
+from jpushare.mail_types import MailType
 from jpushare.store.inventory import tier_names_by_sort_order
-from jpushare.store.notifications import set_job_mail
+from jpushare.store.notifications import job_mail, set_job_mail
 from jpushare.store.records import JobRecord, UserRecord
 from jpushare.unix_accounts import UnknownAccount, can_switch_accounts, resolve_account
 from jpushare.vocabulary import JobState
@@ -128,6 +129,8 @@ def _submit(
     public = job_public(done.job, done.tier_names_by_sort_order)
     if done.job.array_job_id is not None:
         public.array_task_ids = [t.id for t in done.tasks]
+    public.mail_type = [t.value for t in MailType if t in body.mail_types()]
+    public.mail_user = body.mail_user if public.mail_type else None
     content = public.model_dump_json()
     session.commit()  # before the response goes out, as for every other route
     return content.encode()
@@ -193,7 +196,10 @@ def get_job(job_id: JobIdPath, session: SessionDep, user: CurrentUser) -> JobPub
     an admin (see `hidden`)."""
     job = store.get_job(session, job_id)
     tiers = tier_names_by_sort_order(session)
-    return for_viewer(job_public(job, tiers, environment=True), job, user)
+    public = job_public(job, tiers, environment=True)
+    types, public.mail_user = job_mail(session, job_id)
+    public.mail_type = [t.value for t in MailType if t in types]
+    return for_viewer(public, job, user)
 
 
 def _stop_run(executor: Executor, job_id: int, attempt: int, executor_id: str | None) -> None:
