@@ -207,6 +207,9 @@ def test_held_and_waiting_jobs_read_as_the_cli_shows_them_with_the_apis_why(
         job = served.api(f"/v1/jobs/{jobs[name]}")
         assert visit.page.inner_text("#job-state") == f"QUEUED ({job['waiting']})"
         assert visit.page.inner_text("#why") == f"{why['code']} {why['sentence']}"
+        assert visit.page.inner_text("#estimate") == (
+            f"— none while it waits outside the queue ({job['waiting']})"
+        )
     assert f"job {jobs['llm-finetune']}" in why["sentence"]  # the dependency it waits for
     save_screenshot(visit.page, screenshots, "16-job-dependency")
 
