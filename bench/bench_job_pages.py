@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""What a lab member's pages cost the server: My jobs, a job's page and Placements, next to
-the JSON API's answers they are built from, on a SQLite file.
+"""What a lab member's pages cost the server: My jobs, a job's page, Placements and the
+queue, next to the JSON API's answers they are built from, on a SQLite file.
 
-    .venv/bin/python bench/bench_job_pages.py [--jobs 2000] [--nodes 64] [--repeat 20]
+    .venv/bin/python bench/bench_job_pages.py [--jobs 2000] [--nodes 64] [--queued 500]
+        [--repeat 20]
 
 Builds `--nodes` nodes of 8 GPUs, fills every GPU with a running 1-GPU job (the Placements
 page lists who holds each), and gives the measured user `--jobs` ended jobs plus a queued
-one; then prints the median milliseconds of each request (the API's app, in process,
-through Starlette's test client): `GET /jobs` (100 newest jobs, their bills: one extra lean
-read of the same 100 records) against `GET /v1/jobs?mine=true`, `GET /jobs/ID` (job, why,
-attempts, log, record) against `GET /v1/jobs/ID`, and `GET /placements` (plus the active
-jobs) against `GET /v1/placements`. Prints numbers, asserts nothing.
+one, and `--queued` more queued jobs of another user, a tenth of them held (shown after
+the queue) and one an array's task; then prints the median milliseconds of each request
+(the API's app, in process, through Starlette's test client): `GET /jobs` (100 newest
+jobs, their bills: one extra lean read of the same 100 records) against
+`GET /v1/jobs?mine=true`, `GET /jobs/ID` (job, why, attempts, log, record) against
+`GET /v1/jobs/ID`, `GET /placements` (plus the active jobs) against `GET /v1/placements`,
+and `GET /` (the queue, plus the queued jobs' list for the held ones and the `ID_TASK`s)
+against `GET /v1/queue?limit=500`. Prints numbers, asserts nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ class Clock:
 
 
 def populate(
-    sessions: sessionmaker[Session], clock: Clock, jobs: int, nodes: int
+    sessions: sessionmaker[Session], clock: Clock, jobs: int, nodes: int, waiting: int
 ) -> tuple[str, int]:
     """The measured user's token and the id of its queued job."""
     groups = [GpuGroup(f"n{i:03d}", "gpu", 8, 0, NodeState.UP) for i in range(nodes)]
@@ -74,6 +78,17 @@ def populate(
     clock.now += timedelta(minutes=30)
     with sessions.begin() as s:
         queued = store.submit(s, user_id=me.id, name="next", command="x", num_gpus=1, now=clock())
+        for i in range(waiting):
+            elig = store.Eligibility(hold=i % 10 == 0, array_tasks=(0, 1) if i == 1 else None)
+            store.submit(
+                s,
+                user_id=other.id,
+                name=f"wait{i}",
+                command="x",
+                num_gpus=1,
+                now=clock(),
+                eligibility=elig,
+            )
         running = len(store.list_jobs(s, store.JobFilter(states=(JobState.RUNNING,), limit=1000)))
     print(f"{jobs:,} ended jobs of the user, {running:,} running on {nodes} nodes", flush=True)
     return token, queued.job.id
@@ -92,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--queued", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +116,7 @@ def main() -> int:
         engine = store.make_engine(url)
         sessions = store.make_sessionmaker(engine)
         clock = Clock()
-        token, queued = populate(sessions, clock, args.jobs, args.nodes)
+        token, queued = populate(sessions, clock, args.jobs, args.nodes, args.queued)
         app = create_app(sessions, clock=clock, munge=None, observed_busy=store.held_by_jobs)
         with TestClient(app) as client:
             bearer = {"Authorization": f"Bearer {token}"}
@@ -109,6 +125,7 @@ def main() -> int:
                 ("/jobs", "/v1/jobs?mine=true&limit=100"),
                 (f"/jobs/{queued}", f"/v1/jobs/{queued}"),
                 ("/placements", "/v1/placements"),
+                ("/", "/v1/queue?limit=500"),
             ]
             for page, api in pairs:
                 for path in (page, api):  # warm-up, and a check that both answer

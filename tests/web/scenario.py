@@ -10,7 +10,10 @@
   `<script>alert(1)</script>`;
 - queued behind it: bob's `pretrain` (4 GPUs) and `notebook` (1 GPU), both rtx5090;
 - ended: alice's `train` and bob's `sweep` (completed, charged, the reservation filled),
-  carol's `typo` (cancelled) and bob's `crash` (failed, exit code 1).
+  carol's `typo` (cancelled) and bob's `crash` (failed, exit code 1);
+- queued outside the fair-share queue: bob's `on-hold` (HELD), alice's `after-finetune`
+  (DEPENDENCY: afterok on `llm-finetune`) and carol's array `shard` of three tasks, held
+  (`ids["shard"]` is its first task, `ID_0`).
 
 `extra_busy` is what the test's busy-GPU source adds to JPU-Share's own jobs (the foreign
 jobs); the function fills it in. Returns the job ids by name and the users' tokens.
@@ -50,7 +53,12 @@ def build_scenario(
     ids: dict[str, int] = {}
 
     def submit(
-        user: str, name: str, gpus: int, min_tier: str | None = None, limit_s: float | None = None
+        user: str,
+        name: str,
+        gpus: int,
+        min_tier: str | None = None,
+        limit_s: float | None = None,
+        eligibility: store.Eligibility | None = None,
     ) -> int:
         with sessions.begin() as s:
             done = store.submit(
@@ -62,6 +70,7 @@ def build_scenario(
                 now=clock(),
                 min_tier=min_tier,
                 time_limit_s=limit_s,
+                eligibility=eligibility,
             )
         ids[name] = done.job.id
         return done.job.id
@@ -125,5 +134,12 @@ def build_scenario(
     assert cycle() == []  # the top job reserves node-c's idle 5090
     with sessions.begin() as s:
         assert store.get_job(s, top).reserved_gpus == 1
-    clock.advance(120)
+    clock.advance(60)
+    # Queued outside the fair-share queue (none of them changes it): held, waiting for a
+    # running job to end well, and a held array of three tasks.
+    submit("bob", "on-hold", 1, eligibility=store.Eligibility(hold=True))
+    after = store.Eligibility(dependency=f"afterok:{finetune}")
+    submit("alice", "after-finetune", 1, eligibility=after)
+    submit("carol", "shard", 1, eligibility=store.Eligibility(hold=True, array_tasks=(0, 1, 2)))
+    clock.advance(60)
     return Scenario(jobs=ids, tokens=tokens)

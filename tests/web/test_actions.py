@@ -7,6 +7,7 @@ The browser's side (clicking through, what a person sees) is in test_job_pages_b
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -15,18 +16,15 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from jpushare import store
-from jpushare.api.routes import jobs
-from jpushare.api.schemas import JobPublic
 from jpushare.client.formatting import amount
 from jpushare.store.aggregates import lab_in_flight
 from jpushare.store.jobs import Shown
-from jpushare.vocabulary import JobState
-from jpushare.web.actions import ACTIONS, ActionCall, JobAction
 from jpushare.web.auth import COOKIE
 from jpushare.web.csrf import FIELD, token_for
 from jpushare.web.job_figures import bill_so_far
 from tests.api.conftest import ALL_BUSY, ApiWorld, make_world
 
+QUEUED = "GLOBAL_QUEUE_WAIT"
 PAGE = {"Accept": "text/html", "Origin": "http://testserver"}  # this site's form, a browser
 
 
@@ -225,38 +223,130 @@ def test_the_pages_bills_so_far_add_up_to_each_labs_in_flight_figure(api: ApiWor
     assert bills == pytest.approx(expected) and all(v > 0 for v in expected.values())
 
 
-def test_a_new_action_is_one_entry_offered_confirmed_and_checked_as_cancel_is(
-    api: ApiWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Hold and release join as one `JobAction` each: the pages, the confirmation, the
-    CSRF check and the refusals come with it."""
-    calls: list[tuple[int, str]] = []
-
-    def perform(call: ActionCall) -> JobPublic:
-        calls.append((call.job_id, call.user.name))
-        return jobs.get_job(job_id=call.job_id, session=call.session, user=call.user)
-
-    hold = JobAction(
-        name="hold",
-        label="Hold",
-        applies=lambda s: s == JobState.GLOBAL_QUEUE_WAIT,
-        consequence="It stays in the queue but is not started until released.",
-        done="Job {job} is held.",
-        perform=perform,
-    )
-    monkeypatch.setitem(ACTIONS, "hold", hold)
-    job = api.submit("alice", 1)
-    as_user(api, "alice")
-    assert f'href="/jobs/{job}/hold"' in api.client.get(f"/jobs/{job}").text
-    asked = api.client.get(f"/jobs/{job}/hold")
-    assert "not started until released" in asked.text and calls == []
-    assert cancel_like(api, job, "hold", {}).status_code == 403 and calls == []  # no token
-    r = cancel_like(api, job, "hold", form_of(asked.text))
-    assert r.status_code == 303 and calls == [(job, "alice")]
-    assert f"Job {job} is held." in api.client.get(r.headers["location"]).text
-
-
-def cancel_like(api: ApiWorld, job: int, action: str, fields: dict[str, str]) -> Any:
+def act(api: ApiWorld, job: int, action: str, fields: dict[str, str]) -> Any:
     return api.client.post(
         f"/jobs/{job}/{action}", data=fields, headers=PAGE, follow_redirects=False
     )
+
+
+def offers(html: str, job: int) -> set[str]:
+    """The actions a page links to for `job`."""
+    return set(re.findall(rf'href="/jobs/{job}/(\w+)', html))
+
+
+def test_hold_then_release_from_the_job_page_as_the_api_does_them(api: ApiWorld) -> None:
+    """Each is one `JobAction`: offered where it applies, confirmed, CSRF-checked, then the
+    API's own route; the page then reads as the CLI does ("QUEUED (HELD)", the why)."""
+    job = api.submit("alice", 1)
+    as_user(api, "alice")
+    assert offers(api.client.get(f"/jobs/{job}").text, job) == {"hold", "cancel"}
+    asked = api.client.get(f"/jobs/{job}/hold")
+    assert asked.status_code == 200 and "not started until someone releases it" in asked.text
+    assert api.get(f"/v1/jobs/{job}").json()["held"] is False  # asking changed nothing
+    assert act(api, job, "hold", {}).status_code == 403  # no token
+    assert api.get(f"/v1/jobs/{job}").json()["held"] is False
+    r = act(api, job, "hold", form_of(asked.text))
+    assert r.status_code == 303 and r.headers["location"] == f"/jobs/{job}?done=hold&job={job}"
+    answer = api.get(f"/v1/jobs/{job}").json()
+    assert (answer["state"], answer["held"], answer["waiting"]) == (
+        "GLOBAL_QUEUE_WAIT",
+        True,
+        "HELD",
+    )
+    page = api.client.get(r.headers["location"]).text
+    assert f"Job {job} is held." in page and "QUEUED (HELD)" in page
+    why = api.get(f"/v1/jobs/{job}/why").json()
+    assert why["code"] == "HELD" and "by alice" in why["sentence"]
+    assert html.escape(why["sentence"], quote=False) in page  # the API's sentence
+    assert offers(page, job) == {"release", "cancel"}
+    r = act(api, job, "release", form_of(api.client.get(f"/jobs/{job}/release").text))
+    assert r.status_code == 303
+    answer = api.get(f"/v1/jobs/{job}").json()
+    assert (answer["state"], answer["held"], answer["waiting"]) == (
+        "GLOBAL_QUEUE_WAIT",
+        False,
+        None,
+    )
+    page = api.client.get(r.headers["location"]).text
+    assert f"Job {job} was released." in page and "(HELD)" not in page
+    assert offers(page, job) == {"hold", "cancel"}
+
+
+def test_my_jobs_offers_hold_or_release_by_the_jobs_state(api: ApiWorld) -> None:
+    queued = api.submit("alice", 1)
+    held = api.submit("alice", 1, hold=True)
+    ended = api.submit("alice", 1)
+    api.post(f"/v1/jobs/{ended}/cancel")
+    as_user(api, "alice")
+    listing = api.client.get("/jobs").text
+    assert offers(listing, queued) == {"hold", "cancel"}
+    assert offers(listing, held) == {"release", "cancel"}
+    assert offers(listing, ended) == set()
+    row = re.search(rf'data-job-id="{held}".*?data-field="state">([^<]+)', listing, re.S)
+    assert row is not None and row.group(1) == "QUEUED (HELD)"
+    r = act(api, held, "release", {FIELD: token_for(api.tokens["alice"]), "next": "/jobs"})
+    assert r.status_code == 303 and r.headers["location"] == f"/jobs?done=release&job={held}"
+    assert api.get(f"/v1/jobs/{held}").json()["held"] is False
+
+
+def test_who_may_not_hold_gets_no_button_and_a_forged_post_is_the_apis_refusal(
+    api: ApiWorld,
+) -> None:
+    job = api.submit("alice", 1)
+    held = api.submit("alice", 1, hold=True)
+    refusals = {
+        "hold": api.post(f"/v1/jobs/{job}/hold", "bob").json()["error"],
+        "release": api.post(f"/v1/jobs/{held}/release", "bob").json()["error"],
+    }
+    as_user(api, "bob")
+    for target, name in ((job, "hold"), (held, "release")):
+        assert offers(api.client.get(f"/jobs/{target}").text, target) == set()
+        asked = api.client.get(f"/jobs/{target}/{name}", headers={"Accept": "text/html"})
+        assert asked.status_code == 403 and refusals[name]["message"] in asked.text
+        # bob's own session token, from this site's page: still the API's FORBIDDEN
+        r = act(api, target, name, {FIELD: token_for(api.tokens["bob"])})
+        assert r.status_code == 403 and refusals[name]["code"] == "FORBIDDEN"
+        assert "FORBIDDEN" in r.text and refusals[name]["message"] in r.text
+    assert api.get(f"/v1/jobs/{job}").json()["held"] is False
+    assert api.get(f"/v1/jobs/{held}").json()["held"] is True
+    as_user(api, "pia")  # the lab's PI may, as the API allows
+    assert offers(api.client.get(f"/jobs/{job}").text, job) == {"hold", "cancel"}
+
+
+def test_holding_a_running_job_is_not_offered_and_its_post_is_the_apis_conflict(
+    api: ApiWorld,
+) -> None:
+    job = api.submit("alice", 1)
+    api.cycle()
+    with api.sessions.begin() as s:
+        assert store.mark_running(s, job, api.clock())
+    as_user(api, "alice")
+    assert offers(api.client.get(f"/jobs/{job}").text, job) == {"cancel"}
+    asked = api.client.get(f"/jobs/{job}/hold")
+    assert (
+        asked.status_code == 409 and "is not a queued job that is not held (RUNNING)" in asked.text
+    )
+    assert 'id="confirm-form"' not in asked.text
+    api_answer = api.post(f"/v1/jobs/{job}/hold").json()["error"]
+    r = act(api, job, "hold", {FIELD: token_for(api.tokens["alice"])})
+    assert r.status_code == 409 and api_answer["message"] in r.text
+    assert state(api, job) == "RUNNING"
+
+
+def test_an_array_task_is_named_id_task_and_its_page_lists_its_siblings(api: ApiWorld) -> None:
+    first = api.submit("alice", 1, array="0-2%1")
+    tasks = api.get(f"/v1/jobs?array={first}").json()["data"]
+    shown = sorted(t["display_id"] for t in tasks)
+    assert shown == [f"{first}_0", f"{first}_1", f"{first}_2"]
+    second = next(t for t in tasks if t["display_id"] == f"{first}_1")
+    as_user(api, "alice")
+    page = api.client.get(f"/jobs/{second['id']}").text
+    assert f"<title>Job {first}_1" in page
+    listed = re.findall(r'<tr data-job-id="(\d+)" data-state="[A-Z_]+"', page)
+    assert sorted(int(i) for i in listed) == sorted(t["id"] for t in tasks)
+    assert "QUEUED (ARRAY_LIMIT)" in page and "at most 1 at once" in page
+    mine = api.client.get("/jobs").text
+    assert all(f">{s}</a>" in mine for s in shown)
+    queue = api.client.get("/").text
+    assert f">{first}_0</a>" in queue  # in the queue
+    assert f">{first}_1</a>" in queue and f">{first}_2</a>" in queue  # waiting, after it

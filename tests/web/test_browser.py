@@ -302,7 +302,19 @@ def test_no_page_is_wider_than_the_screen(
     try:
         visit.sign_in("alice")
         job, ended, top = (served.scenario.jobs[n] for n in ("llm-finetune", "sweep", XSS_NAME))
-        paths = (f"/jobs/{job}", f"/jobs/{ended}", f"/jobs/{top}", f"/jobs/{top}/cancel")
+        held, after, shard = (
+            served.scenario.jobs[n] for n in ("on-hold", "after-finetune", "shard")
+        )
+        paths = (
+            f"/jobs/{job}",
+            f"/jobs/{ended}",
+            f"/jobs/{top}",
+            f"/jobs/{top}/cancel",
+            f"/jobs/{held}",  # QUEUED (HELD), another's
+            f"/jobs/{after}",  # QUEUED (DEPENDENCY) with its why
+            f"/jobs/{after}/hold",
+            f"/jobs/{shard + 1}",  # an array's task, its siblings listed
+        )
         for path in (*PAGES, *paths, "/jobs/abc"):
             visit.goto(path)
             wide = visit.page.evaluate("document.documentElement.scrollWidth")
@@ -310,7 +322,7 @@ def test_no_page_is_wider_than_the_screen(
             name = path.strip("/").replace("/", "-") or "queue"
             save_screenshot(visit.page, screenshots, f"w{width}-{name}")
         visit.sign_in("root")  # the pages of a lab and of an operator (admins only)
-        for path in ADMIN_PAGES:
+        for path in (*ADMIN_PAGES, f"/jobs/{shard}/release"):
             visit.goto(path)
             wide = visit.page.evaluate("document.documentElement.scrollWidth")
             assert wide <= width, f"{path} is {wide} px wide at {width} px"

@@ -18,6 +18,7 @@ import pytest
 
 from jpushare.client.formatting import amount
 from jpushare.client.job_commands import elapsed_s
+from jpushare.web.csrf import token_for
 from jpushare.web.render import duration, utc
 from tests.web.conftest import Served, save_screenshot
 from tests.web.scenario import XSS_NAME
@@ -67,7 +68,7 @@ def test_my_jobs_shows_elapsed_time_left_and_the_cost_so_far_of_a_running_job(
     assert visit.page.locator(f"{row} [data-action]").count() == 0  # nothing to cancel
     active = [j for j in jobs if j["state"] not in ("COMPLETED", "FAILED", "CANCELLED")]
     offered = visit.page.locator("#jobs [data-action=cancel]")
-    assert offered.count() == len(active) == 2
+    assert offered.count() == len(active) == 3  # one held back by its dependency
     save_screenshot(visit.page, screenshots, "8-my-jobs-figures")
 
 
@@ -182,6 +183,118 @@ def test_another_sites_form_cannot_cancel_a_job(
         page.goto(f"{prefix}cancel.html")
     assert answer.value.status == 403
     assert served.api(f"/v1/jobs/{job}", "bob")["state"] == "GLOBAL_QUEUE_WAIT"
+
+
+def test_held_and_waiting_jobs_read_as_the_cli_shows_them_with_the_apis_why(
+    visit: Visit, screenshots: Path
+) -> None:
+    visit.sign_in("alice")
+    served = visit.served
+    jobs = served.scenario.jobs
+    visit.goto("/")
+    waiting = visit.page.locator("#waiting tbody tr")
+    listed = {r.get_attribute("data-job-id"): r for r in waiting.all()}
+    api = served.api("/v1/jobs?state=GLOBAL_QUEUE_WAIT&waiting=true")["data"]
+    assert set(listed) == {str(j["id"]) for j in api} and len(api) == 5
+    for j in api:
+        row = listed[str(j["id"])]
+        assert row.locator('[data-field="state"]').inner_text() == f"QUEUED ({j['waiting']})"
+        assert row.locator("a").inner_text() == j["display_id"]
+    save_screenshot(visit.page, screenshots, "15-queue-held-and-waiting")
+    for name in ("on-hold", "after-finetune"):
+        visit.goto(f"/jobs/{jobs[name]}")
+        why = served.api(f"/v1/jobs/{jobs[name]}/why")
+        job = served.api(f"/v1/jobs/{jobs[name]}")
+        assert visit.page.inner_text("#job-state") == f"QUEUED ({job['waiting']})"
+        assert visit.page.inner_text("#why") == f"{why['code']} {why['sentence']}"
+        assert visit.page.inner_text("#estimate") == (
+            f"— none while it waits outside the queue ({job['waiting']})"
+        )
+    assert f"job {jobs['llm-finetune']}" in why["sentence"]  # the dependency it waits for
+    save_screenshot(visit.page, screenshots, "16-job-dependency")
+
+
+def test_an_array_tasks_page_is_titled_id_task_and_links_its_siblings(
+    visit: Visit, screenshots: Path
+) -> None:
+    visit.sign_in("carol")
+    served = visit.served
+    first = served.scenario.jobs["shard"]
+    tasks = sorted(served.api(f"/v1/jobs?array={first}", "carol")["data"], key=lambda t: t["id"])
+    assert [t["display_id"] for t in tasks] == [f"{first}_{i}" for i in range(3)]
+    visit.goto(f"/jobs/{tasks[1]['id']}")
+    assert visit.page.title().startswith(f"Job {first}_1")
+    assert visit.page.inner_text("#job-id") == f"{first}_1"
+    rows = visit.page.locator("#array-tasks tbody tr")
+    assert [r.get_attribute("data-job-id") for r in rows.all()] == [str(t["id"]) for t in tasks]
+    visit.page.click(f'#array-tasks a:text-is("{first}_2")')
+    visit.page.wait_for_url(f"{served.url}/jobs/{tasks[2]['id']}")
+    assert visit.page.inner_text("#job-state") == "QUEUED (HELD)"
+    save_screenshot(visit.page, screenshots, "17-array-task")
+    visit.goto("/jobs")
+    shown = visit.page.locator("#jobs tbody tr td:first-child a").all_inner_texts()
+    assert {t["display_id"] for t in tasks} <= set(shown)
+
+
+# --- the holds and cancels change the scenario: last in this module ------------------------
+
+
+def test_hold_then_release_from_the_job_page_as_the_api_sees_it(
+    visit: Visit, screenshots: Path
+) -> None:
+    visit.sign_in("bob")
+    served = visit.served
+    job = served.scenario.jobs["notebook"]
+    visit.goto(f"/jobs/{job}")
+    assert visit.page.locator("#actions [data-action=release]").count() == 0
+    visit.page.click("#actions [data-action=hold]")
+    visit.page.wait_for_url(f"{served.url}/jobs/{job}/hold")
+    assert "until someone releases it" in visit.page.inner_text("#confirm")
+    assert served.api(f"/v1/jobs/{job}", "bob")["held"] is False  # only asked
+    save_screenshot(visit.page, screenshots, "18-hold-confirm")
+    visit.page.click("#confirm-form button")
+    visit.page.wait_for_url(f"{served.url}/jobs/{job}?done=hold&job={job}")
+    answer = served.api(f"/v1/jobs/{job}", "bob")
+    assert (answer["state"], answer["held"], answer["waiting"]) == (
+        "GLOBAL_QUEUE_WAIT",
+        True,
+        "HELD",
+    )
+    assert job not in [e["job_id"] for e in served.api("/v1/queue", "bob")["data"]]
+    assert visit.page.inner_text("#notice") == f"Job {job} is held."
+    assert visit.page.inner_text("#job-state") == "QUEUED (HELD)"
+    assert "by bob" in visit.page.inner_text("#why")
+    save_screenshot(visit.page, screenshots, "19-job-held")
+    visit.page.click("#actions [data-action=release]")
+    visit.page.wait_for_url(f"{served.url}/jobs/{job}/release")
+    visit.page.click("#confirm-form button")
+    visit.page.wait_for_url(f"{served.url}/jobs/{job}?done=release&job={job}")
+    answer = served.api(f"/v1/jobs/{job}", "bob")
+    assert (answer["held"], answer["waiting"]) == (False, None)
+    assert job in [e["job_id"] for e in served.api("/v1/queue", "bob")["data"]]
+    assert visit.page.inner_text("#job-state") == "QUEUED"
+    assert visit.page.locator("#actions [data-action=hold]").count() == 1
+
+
+def test_who_may_not_hold_gets_no_button_and_a_forged_post_is_refused(visit: Visit) -> None:
+    visit.sign_in("carol")  # another lab's student
+    served = visit.served
+    job = served.scenario.jobs["pretrain"]
+    visit.goto(f"/jobs/{job}")
+    assert visit.page.locator("#actions").count() == 0
+    # Posted from this site's page: without the form token, then with carol's own (what
+    # her confirmation form would carry): still not hers to hold.
+    mine = token_for(served.scenario.tokens["carol"])
+    for token, code in (("", "CSRF_TOKEN_INVALID"), (mine, "FORBIDDEN")):
+        status, text = visit.page.evaluate(
+            """([job, token]) => fetch(`/jobs/${job}/hold`, {method: 'POST',
+                 headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+                 body: new URLSearchParams({csrf_token: token})})
+               .then(async r => [r.status, await r.text()])""",
+            [job, token],
+        )
+        assert status == 403 and code in text
+        assert served.api(f"/v1/jobs/{job}", "carol")["held"] is False
 
 
 # --- the cancels change the scenario: last in this module ---------------------------------

@@ -1,10 +1,11 @@
-"""What a person may do to a job from the dashboard: cancel it (hold and release join as one
-`JobAction` each once the API has them), always behind a confirmation page and a CSRF check.
+"""What a person may do to a job from the dashboard: cancel, hold or release it (one
+`JobAction` each), always behind a confirmation page and a CSRF check.
 
 `GET /jobs/{id}/{action}` asks ("Cancel job 7?", with what that does) and changes nothing;
 its form posts to `POST /jobs/{id}/{action}`, which checks the form (`csrf.check_csrf`:
 this site's page, this session's token) and then *calls the API's route function* (for
-cancel `api.routes.jobs.cancel_job`) as the signed-in user, in the request's writing
+cancel `api.routes.jobs.cancel_job`, hold `hold_job`, release `release_job`) as the
+signed-in user, in the request's writing
 session: the permission (`api.permissions.require_manage`), the state rules and the bill
 are the API's, unchanged, and a refusal is the API's code and sentence on a page. After it
 the browser goes back where it came from (`next`, a path of this site) with a notice.
@@ -12,7 +13,7 @@ the browser goes back where it came from (`next`, a path of this site) with a no
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -33,6 +34,7 @@ from jpushare.vocabulary import JobState
 from jpushare.web.auth import cookie_user, parse_form, safe_next
 from jpushare.web.csrf import FIELD, check_csrf, csrf_token, refusal
 from jpushare.web.pages import WebConfig, page_response, to_signin
+from jpushare.web.render import state_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,18 +51,24 @@ class ActionCall:
 @dataclass(frozen=True, slots=True)
 class JobAction:
     """One thing a person may do to a job: `name` is its URL's last part (`cancel`);
-    `applies` says in which states it means anything; `consequence` what it does, shown
-    before the person confirms; `done` the notice after (`{job}`: the job's id);
-    `perform` calls the API's route function for it; `danger`: it cannot be undone (its
-    button is red)."""
+    `applies(state, held)` says for which jobs it means anything, and `inapplicable` why
+    not (`{job}`, `{state}`: shown when one asks anyway); `consequence` what it does, shown
+    before the person confirms; `done` the notice after (`{job}`: the job's id as people
+    type it); `perform` calls the API's route function for it; `danger`: it cannot be
+    undone (its button is red)."""
 
     name: str
     label: str
-    applies: Callable[[JobState], bool]
+    applies: Callable[[JobState, bool], bool]
     consequence: str
     done: str
     perform: Callable[[ActionCall], JobPublic]
+    inapplicable: str = "job {job} has ended ({state})"
     danger: bool = False
+
+    def applies_to(self, job: JobRecord | JobPublic) -> bool:
+        """Whether the pages offer it for `job` (a record or the API's answer)."""
+        return self.applies(job.state, job.held)
 
 
 def _cancel(call: ActionCall) -> JobPublic:
@@ -76,7 +84,7 @@ def _cancel(call: ActionCall) -> JobPublic:
 CANCEL = JobAction(
     name="cancel",
     label="Cancel",
-    applies=lambda state: not state.ended,
+    applies=lambda state, held: not state.ended,
     consequence="A queued job leaves the queue and gives up its reservation; a running job's "
     "run is stopped. Its lab is charged for what it held until now. This cannot be undone.",
     done="Job {job} was cancelled.",
@@ -84,8 +92,40 @@ CANCEL = JobAction(
     danger=True,
 )
 
-# Hold and release: one entry each here (their API route function as `perform`).
-ACTIONS: dict[str, JobAction] = {a.name: a for a in (CANCEL,)}
+
+def _hold(call: ActionCall) -> JobPublic:
+    return jobs.hold_job(job_id=call.job_id, session=call.session, user=call.user, ctx=call.ctx)
+
+
+def _release(call: ActionCall) -> JobPublic:
+    return jobs.release_job(job_id=call.job_id, session=call.session, user=call.user, ctx=call.ctx)
+
+
+HOLD = JobAction(
+    name="hold",
+    label="Hold",
+    # As scontrol hold: a queued job; holding a held one would change nothing.
+    applies=lambda state, held: state is JobState.GLOBAL_QUEUE_WAIT and not held,
+    inapplicable="job {job} is not a queued job that is not held ({state})",
+    consequence="It stays queued but leaves the fair-share queue: it is not started until "
+    "someone releases it. A reservation it holds is given up (its lab is charged for what it "
+    "held until now).",
+    done="Job {job} is held.",
+    perform=_hold,
+)
+
+RELEASE = JobAction(
+    name="release",
+    label="Release",
+    applies=lambda state, held: state is JobState.GLOBAL_QUEUE_WAIT and held,
+    inapplicable="job {job} is not held ({state})",
+    consequence="It enters the fair-share queue now (waiting from now on), unless its "
+    "dependency or its array's limit still holds it back.",
+    done="Job {job} was released.",
+    perform=_release,
+)
+
+ACTIONS: dict[str, JobAction] = {a.name: a for a in (HOLD, RELEASE, CANCEL)}
 
 
 def offered(user: UserRecord, job: JobRecord) -> list[JobAction]:
@@ -93,16 +133,17 @@ def offered(user: UserRecord, job: JobRecord) -> list[JobAction]:
     API's rule (`may_manage`) lets the user manage it. The API decides again on the post."""
     if not may_manage(user, job):
         return []
-    return [a for a in ACTIONS.values() if a.applies(job.state)]
+    return [a for a in ACTIONS.values() if a.applies_to(job)]
 
 
-def done_notice(request: Request) -> str | None:
-    """The notice a page shows after an action sent the browser back (`?done=cancel&job=7`)."""
+def done_notice(request: Request, shown_ids: Mapping[int, str] | None = None) -> str | None:
+    """The notice a page shows after an action sent the browser back (`?done=cancel&job=7`);
+    the job is named as the page shows it (`shown_ids`: an array task's `ID_TASK`)."""
     action = ACTIONS.get(request.query_params.get("done", ""))
     job = request.query_params.get("job", "")
     if action is None or not job.isdigit() or len(job) > 19:
         return None
-    return action.done.format(job=int(job))
+    return action.done.format(job=(shown_ids or {}).get(int(job), int(job)))
 
 
 def _back(target: str, action: JobAction, job_id: int) -> str:
@@ -138,8 +179,10 @@ def build_router(config: WebConfig) -> APIRouter:
             raise ApiError(404, ErrorCode.NOT_FOUND, f"No job {job_id}.") from None
         require_manage(user, job, action.name)  # 403 page: the API's sentence
         data: dict[str, Any] = {}
-        if not action.applies(job.state):
-            data.update(status=409, refused=f"job {job_id} has ended ({job.state})")
+        if not action.applies_to(job):
+            state = state_text(job.state, job.reason, job.waiting)
+            refused = action.inapplicable.format(job=job.display_id, state=state)
+            data.update(status=409, refused=refused)
         return page_response(
             request,
             user,

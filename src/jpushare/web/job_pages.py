@@ -4,8 +4,9 @@ As every page (`web.pages`), these call the API's route functions as the signed-
 (`jobs.list_jobs`, `get_job`, `why`, `job_attempts_route`, `job_log`, `cluster.tiers`) and
 lay their answers out, adding only clock arithmetic (`web.job_figures`: elapsed, time
 left, the bill so far). A job's page shows its start estimate and what it rests on, every
-attempt and reservation, its costs, its output (where the API lets this viewer read it)
-and the actions the viewer may take (`web.actions`, behind a confirmation).
+attempt and reservation, its costs, its output (where the API lets this viewer read it),
+an array task's sibling tasks (`GET /v1/jobs?array=ID`) and the actions the viewer may
+take (`web.actions`, behind a confirmation).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from jpushare.web.pages import WebConfig, page_response, to_signin
 
 LOG_TAIL_LINES = 200
 MY_JOBS_LIMIT = 100
+ARRAY_TASKS_SHOWN = 1000  # one page of `GET /v1/jobs?array=ID`
 
 
 def tier_tflops(session: Session, user: UserRecord) -> dict[str, float]:
@@ -71,7 +73,7 @@ def build_router(config: WebConfig) -> APIRouter:
                 time_left_s(j, now),
                 bill_so_far(records[j.id], tflops, now) if j.id in records else None,
                 # Only the viewer's own jobs are listed; the API decides again on the post.
-                [a for a in actions.ACTIONS.values() if a.applies(j.state)],
+                [a for a in actions.ACTIONS.values() if a.applies_to(j)],
             )
             for j in answer.data
         ]
@@ -83,7 +85,7 @@ def build_router(config: WebConfig) -> APIRouter:
             config.refresh_s,
             jobs=answer,
             rows=rows,
-            notice=actions.done_notice(request),
+            notice=actions.done_notice(request, {j.id: j.display_id for j in answer.data}),
         )
 
     @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -117,6 +119,19 @@ def build_router(config: WebConfig) -> APIRouter:
             log_note = f"attempt {log.attempt}" if log.attempt else "no attempt has started yet"
             if len(lines) > LOG_TAIL_LINES:
                 log_note += f": the last {LOG_TAIL_LINES} of {len(lines)} lines"
+        siblings = None
+        if job.array_job_id is not None:  # its array's every task, as `jobs -j ID` lists them
+            siblings = jobs.list_jobs(
+                session=session,
+                user=user,
+                ctx=ctx,
+                state=None,
+                lab=None,
+                mine=False,
+                before_id=None,
+                limit=ARRAY_TASKS_SHOWN,
+                array=job.array_job_id,
+            )
         now = ctx.clock()
         return page_response(
             request,
@@ -133,7 +148,8 @@ def build_router(config: WebConfig) -> APIRouter:
             time_left=time_left_s(job, now),
             bill=bill_so_far(record, tier_tflops(session, user), now),
             actions=actions.offered(user, record),
-            notice=actions.done_notice(request),
+            notice=actions.done_notice(request, {job.id: job.display_id}),
+            siblings=siblings,
             log=log_text,
             log_note=log_note,
         )

@@ -11,6 +11,7 @@ dispatch cycle."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -23,11 +24,12 @@ from jpushare.api.errors import ErrorCode, error_response
 from jpushare.api.routes import cluster, jobs, stats
 from jpushare.api.schemas import (
     MAX_LIST_LIMIT,
+    JobPublic,
     PlacementPublic,
     QueueEntryPublic,
 )
 from jpushare.store.records import UserRecord
-from jpushare.vocabulary import ACTIVE_STATES
+from jpushare.vocabulary import ACTIVE_STATES, JobState
 from jpushare.web import history
 from jpushare.web.auth import (
     COOKIE,
@@ -75,7 +77,30 @@ def build_router(config: WebConfig) -> APIRouter:
             return to_signin(request)
         answer = cluster.queue(session=session, user=user, ctx=ctx, offset=0, limit=500)
         rows = [(e, estimated_start(e)) for e in answer.data]
-        return page(request, user, "queue", "queue.html", queue=answer, rows=rows)
+        # The queued jobs as `GET /v1/jobs` shows them: the held and waiting ones (listed
+        # after the queue, as squeue does) and an array task's `ID_TASK` (a queue entry
+        # has only the job's id).
+        queued = jobs.list_jobs(
+            session=session,
+            user=user,
+            ctx=ctx,
+            state=[JobState.GLOBAL_QUEUE_WAIT],
+            lab=None,
+            mine=False,
+            before_id=None,
+            limit=MAX_LIST_LIMIT,
+        ).data
+        waiting = sorted((j for j in queued if j.waiting is not None), key=lambda j: j.id)
+        return page(
+            request,
+            user,
+            "queue",
+            "queue.html",
+            queue=answer,
+            rows=rows,
+            waiting=waiting,
+            shown_ids=shown_ids(queued),
+        )
 
     @router.get("/placements", response_class=HTMLResponse)
     def placements_page(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
@@ -107,6 +132,8 @@ def build_router(config: WebConfig) -> APIRouter:
             before_id=None,
             limit=MAX_LIST_LIMIT,
         )  # who holds the busy GPUs: what squeue shows of a job, no private field
+        reserving = {r.job_id for p in answer.data for r in p.reservations}
+        reserved_for = [jobs.get_job(job_id=i, session=session, user=user) for i in reserving]
         return page(
             request,
             user,
@@ -117,6 +144,7 @@ def build_router(config: WebConfig) -> APIRouter:
             nodes=nodes,
             totals=totals,
             holders=holders_by_placement(active.data),
+            shown_ids=shown_ids([*active.data, *reserved_for]),
         )
 
     @router.get("/labs", response_class=HTMLResponse)
@@ -255,6 +283,12 @@ def to_signin(request: Request) -> Response:
 def _signin_page(next_path: str, error: str | None, status: int) -> Response:
     html = render("signin.html", next=safe_next(next_path), error=error, user=None)
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def shown_ids(listed: Iterable[JobPublic]) -> dict[int, str]:
+    """The id a person reads for each listed job that is an array task (`ID_TASK`, the
+    API's `display_id`); a page shows any other job by its number."""
+    return {j.id: j.display_id for j in listed if j.display_id and j.display_id != str(j.id)}
 
 
 def estimated_start(entry: QueueEntryPublic) -> datetime | None:

@@ -47,6 +47,18 @@ def tflops(value: float | None) -> str:
     return "—" if value is None else amount(value)
 
 
+def state_text(state: str, reason: str | None, waiting: str | None) -> str:
+    """The state as the CLI prints it (`jpushare jobs`, `show`): QUEUED, "FAILED (time
+    limit)", and a held or waiting job's reason after it: "QUEUED (HELD)"."""
+    label = state_label(state, reason)
+    return f"{label} ({waiting})" if waiting else label
+
+
+def job_state(job: Any) -> str:
+    """`state_text` of a job (the API's answer or a record: both have these fields)."""
+    return state_text(job.state, job.reason, job.waiting)
+
+
 def percent(ratio: float | None) -> str:
     if ratio is None:
         return "—"
@@ -54,7 +66,12 @@ def percent(ratio: float | None) -> str:
 
 
 _env.filters.update(
-    utc=utc, duration=duration, tflops=tflops, percent=percent, state_label=state_label
+    utc=utc,
+    duration=duration,
+    tflops=tflops,
+    percent=percent,
+    state_label=state_label,
+    job_state=job_state,
 )
 
 
