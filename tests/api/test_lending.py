@@ -80,6 +80,10 @@ def test_a_lent_run_is_told_in_why_and_shown_in_placements(api: ApiWorld) -> Non
         {"job_id": short, "gpus": 1, "lent_from_job_id": big, "until": "2026-01-05T09:01:10Z"}
     ]
     assert why(api, long)["lent_from_job_id"] is None
+    # The dashboard's Placements page says it too, as a person reads the cell.
+    page = api.client.get("/placements", cookies={"jpushare_token": api.tokens["alice"]})
+    assert page.status_code == 200
+    assert "3 busy (1 lent from a reservation) · 1 reserved" in " ".join(page.text.split())
 
 
 def test_why_names_the_policy_s_top_job_not_rank_one(api: ApiWorld) -> None:
