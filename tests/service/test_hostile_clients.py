@@ -195,12 +195,12 @@ def test_connections_over_the_per_address_cap_get_503_and_others_get_through(
         # only after the connection's place is given back, so the count below is exact.
         health = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         assert served_and_closed(url, "127.0.0.3", health)[0] == 200
-        body = json.dumps(JOB).encode()
+        job = json.dumps(JOB).encode()
         write = (
             f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(job)}\r\n"
             "Connection: close\r\n\r\n"
-        ).encode() + body
+        ).encode() + job
         assert served_and_closed(url, "127.0.0.1", write)[0] == 201
 
         # The process's cap: 20 + 20 + 5 held, the 46th is refused wherever it comes from.
