@@ -3,6 +3,7 @@
 through the simulator: the "Slurm's own scheduler" section of docs/policy-comparison.md.
 
     .venv/bin/python scripts/peer_compare.py STEP... [--out out/peer] [--speed 5] [--cycle 5]
+        [--jobs N]
 
 Steps (run them in this order; each reads what the earlier ones wrote under --out):
 
@@ -81,6 +82,26 @@ def step_slice() -> None:
     print(f"wrote {TRACE}: {len(rows)} jobs", file=sys.stderr)
 
 
+def race_trace(out: Path) -> str:
+    """The trace every step of a race runs: OUT/trace.csv where `--jobs` wrote one (the
+    slice's first jobs, for a race that must fit in less time), else the whole slice."""
+    short = out / "trace.csv"
+    return str(short) if short.exists() else TRACE
+
+
+def write_short_trace(out: Path, jobs: int) -> None:
+    """OUT/trace.csv: the header and the slice's first `jobs` rows (submission order)."""
+    header, *rows = (ROOT / TRACE).read_text(encoding="utf-8").splitlines(keepends=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trace.csv").write_text("".join([header, *rows[:jobs]]), encoding="utf-8")
+    kept = list(csv.DictReader([header, *rows[:jobs]]))
+    end = max(float(r["submit_time"]) + float(r["duration"]) for r in kept)
+    print(
+        f"wrote {out / 'trace.csv'}: {len(kept)} jobs, {end / 3600:.2f} trace hours",
+        file=sys.stderr,
+    )
+
+
 def _jpushare(*args: str, env: dict[str, str] | None = None) -> None:
     """Run `jpushare ARGS`; a token goes in `env`, never in argv (any user reads that)."""
     cmd = [sys.executable, "-m", "jpushare.cli", *args]
@@ -90,7 +111,7 @@ def _jpushare(*args: str, env: dict[str, str] | None = None) -> None:
 
 def step_slurm(out: Path, speed: float, name: str = "slurm") -> None:
     _jpushare(
-        "slurm-peer", "run", "--cluster", CLUSTER, "--trace", TRACE,
+        "slurm-peer", "run", "--cluster", CLUSTER, "--trace", race_trace(out),
         "--speed", f"{speed:g}", "--out", str(out / name),
     )  # fmt: skip
 
@@ -99,11 +120,11 @@ def step_simulate(out: Path, speed: float, cycle_s: float = 5.0) -> None:
     """Every policy at the service's cycle in trace time, both top-job readings of the
     reservation policy (SPEC decision 7); `speed` no longer sets the cycle."""
     _jpushare(
-        "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "all",
+        "simulate", "--cluster", CLUSTER, "--trace", race_trace(out), "--policy", "all",
         "--cycle", f"{cycle_s:g}", "--no-plots", "--out", str(out / "sim"),
     )  # fmt: skip
     _jpushare(
-        "simulate", "--cluster", CLUSTER, "--trace", TRACE, "--policy", "reservation",
+        "simulate", "--cluster", CLUSTER, "--trace", race_trace(out), "--policy", "reservation",
         "--top-job", "first-queued", "--cycle", f"{cycle_s:g}", "--no-plots",
         "--out", str(out / "sim-first-queued"),
     )  # fmt: skip
@@ -117,7 +138,7 @@ def step_simulate(out: Path, speed: float, cycle_s: float = 5.0) -> None:
         encoding="utf-8",
     )
     _jpushare(
-        "simulate", "--cluster", str(pooled), "--trace", TRACE, "--policy", "backfill",
+        "simulate", "--cluster", str(pooled), "--trace", race_trace(out), "--policy", "backfill",
         "--cycle", f"{cycle_s:g}", "--no-plots", "--out", str(out / "sim-pooled"),
     )  # fmt: skip
 
@@ -167,7 +188,7 @@ def step_jpushare(
             except OSError:
                 time.sleep(0.5)
         _jpushare(
-            "replay", "--trace", TRACE, "--server", url,
+            "replay", "--trace", race_trace(out), "--server", url,
             "--speed", f"{speed:g}", "--out", str(out / name), "--unix-user", "root",
             env={"JPUSHARE_ADMIN_TOKEN": token},
         )  # fmt: skip
@@ -314,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     # A fair race: Slurm acts at once, to the whole second; at --speed 5 a Slurm second is
     # 5 trace seconds, one JPU-Share cycle (--cycle 5, the product's), run at 1 s real.
     p.add_argument("--speed", type=float, default=5.0)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="race only the slice's first N jobs (written to OUT/trace.csv, which every "
+        "later step with this --out then uses)",
+    )
     p.add_argument("--cycle", type=float, default=5.0, help="JPU-Share's cycle, trace seconds")
     p.add_argument(
         "--template",
@@ -322,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the section's text, with {tables} where the tables go",
     )
     args = p.parse_args(argv)
+    if args.jobs:
+        write_short_trace(args.out, args.jobs)
     for step in args.steps:
         if step == "slice":
             step_slice()
