@@ -151,6 +151,7 @@ def step_jpushare(
     *,
     cycle_s: float = 5.0,
     top_job: str = "first-waiting",
+    slurm_conf: str = PEER_CONF,
 ) -> None:
     """`jpushare serve` (Slurm executor on the peer, a fresh SQLite database) driven by
     `jpushare replay`; the service is stopped afterwards. Its cycle is `cycle_s` in trace
@@ -161,7 +162,7 @@ def step_jpushare(
         **os.environ,
         "JPUSHARE_STATE_DIR": str(state),
         "JPUSHARE_EXECUTOR": "slurm",
-        "SLURM_CONF": PEER_CONF,
+        "SLURM_CONF": slurm_conf,
         "JPUSHARE_CYCLE_S": f"{cycle_s / speed:g}",
         "JPUSHARE_TOP_JOB": top_job,
         "JPUSHARE_PORT": str(port),
@@ -173,7 +174,7 @@ def step_jpushare(
     subprocess.run([*jps, "init", "--cluster", CLUSTER], check=True, cwd=ROOT, env=env)
     add = ["admin", "user", "add", "peer-admin", "--lab", "BCG", "--role", "admin"]
     added = subprocess.run(
-        [*jps, *add, "--unix-user", "root"],
+        [*jps, *add, "--unix-user", "root", "--allow-root"],
         check=True, cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     token = added.stdout.strip().split()[-1]
@@ -343,6 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--cycle", type=float, default=5.0, help="JPU-Share's cycle, trace seconds")
     p.add_argument(
+        "--slurm-conf",
+        default=PEER_CONF,
+        help="the Slurm JPU-Share's steps run on (default the peer); the fake cluster's "
+        "/etc/slurm/slurm.conf has the same nodes and GRES, so a JPU-Share step can race "
+        "beside a Slurm step on the peer in the same wall time",
+    )
+    p.add_argument(
         "--template",
         type=Path,
         default=ROOT / "scripts" / "peer_compare.md",
@@ -369,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                 name,
                 cycle_s=args.cycle,
                 top_job="first-queued" if literal else "first-waiting",
+                slurm_conf=args.slurm_conf,
             )
         elif step == "simulate":
             step_simulate(args.out, args.speed, args.cycle)
