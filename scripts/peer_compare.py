@@ -89,12 +89,22 @@ def race_trace(out: Path) -> str:
     return str(short) if short.exists() else TRACE
 
 
-def write_short_trace(out: Path, jobs: int) -> None:
-    """OUT/trace.csv: the header and the slice's first `jobs` rows (submission order)."""
-    header, *rows = (ROOT / TRACE).read_text(encoding="utf-8").splitlines(keepends=True)
+def write_short_trace(out: Path, jobs: int, skip: int = 0) -> None:
+    """OUT/trace.csv: the header and the slice's jobs `skip` to `skip + jobs` (submission
+    order), times moved so the first of them is submitted at 0."""
+    with (ROOT / TRACE).open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        fields, kept = list(reader.fieldnames or ()), list(reader)[skip : skip + jobs]
+    t0 = int(kept[0]["submit_time"])
+    for r in kept:
+        for col in ("submit_time", "cancel_time"):
+            if r[col]:
+                r[col] = str(int(r[col]) - t0)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trace.csv").write_text("".join([header, *rows[:jobs]]), encoding="utf-8")
-    kept = list(csv.DictReader([header, *rows[:jobs]]))
+    with (out / "trace.csv").open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(kept)
     end = max(float(r["submit_time"]) + float(r["duration"]) for r in kept)
     print(
         f"wrote {out / 'trace.csv'}: {len(kept)} jobs, {end / 3600:.2f} trace hours",
@@ -339,8 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--jobs",
         type=int,
-        help="race only the slice's first N jobs (written to OUT/trace.csv, which every "
+        help="race only N jobs of the slice (written to OUT/trace.csv, which every "
         "later step with this --out then uses)",
+    )
+    p.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="with --jobs: start after the slice's first K jobs (times moved to start at 0)",
     )
     p.add_argument("--cycle", type=float, default=5.0, help="JPU-Share's cycle, trace seconds")
     p.add_argument(
@@ -358,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.jobs:
-        write_short_trace(args.out, args.jobs)
+        write_short_trace(args.out, args.jobs, args.skip)
     for step in args.steps:
         if step == "slice":
             step_slice()
