@@ -17,8 +17,10 @@ Steps (run them in this order; each reads what the earlier ones wrote under --ou
   Slurm gets it; ~70 min at --speed 5 (a Slurm second is then one cycle);
 - `jpushare-again`: the same into OUT/jpushare-2; `jpushare-first-queued[-again]`: with
   JPUSHARE_TOP_JOB=first-queued (the literal reading) into OUT/jpushare-first-queued[-2];
+  `jpushare-lend[-again]`: with JPUSHARE_RESERVED_GPUS=lend-by-limit into OUT/jpushare-lend[-2];
 - `simulate`: `jpushare simulate --policy all` of it on examples/slurm-cluster.yaml at the
-  same cycle (and `reservation --top-job first-queued` into OUT/sim-first-queued), and
+  same cycle (and `reservation --top-job first-queued` into OUT/sim-first-queued,
+  `reservation --reserved-gpus lend-by-limit` into OUT/sim-lend), and
   `backfill` on the same cluster
   with node-c's 8 GPUs as one placement (OUT/sim-pooled: what Slurm's untyped requests see);
 - `render`: the section's tables from every summary.json and jobs.csv found, written
@@ -138,6 +140,11 @@ def step_simulate(out: Path, speed: float, cycle_s: float = 5.0) -> None:
         "--top-job", "first-queued", "--cycle", f"{cycle_s:g}", "--no-plots",
         "--out", str(out / "sim-first-queued"),
     )  # fmt: skip
+    _jpushare(
+        "simulate", "--cluster", CLUSTER, "--trace", race_trace(out), "--policy", "reservation",
+        "--reserved-gpus", "lend-by-limit", "--cycle", f"{cycle_s:g}", "--no-plots",
+        "--out", str(out / "sim-lend"),
+    )  # fmt: skip
     # What Slurm's untyped requests see on node-c: its 8 GPUs as one placement.
     text = (ROOT / CLUSTER).read_text(encoding="utf-8")
     pooled = out / "pooled-cluster.yaml"
@@ -161,6 +168,7 @@ def step_jpushare(
     *,
     cycle_s: float = 5.0,
     top_job: str = "first-waiting",
+    reserved_gpus: str = "llm-only",
     slurm_conf: str = PEER_CONF,
 ) -> None:
     """`jpushare serve` (Slurm executor on the peer, a fresh SQLite database) driven by
@@ -175,6 +183,7 @@ def step_jpushare(
         "SLURM_CONF": slurm_conf,
         "JPUSHARE_CYCLE_S": f"{cycle_s / speed:g}",
         "JPUSHARE_TOP_JOB": top_job,
+        "JPUSHARE_RESERVED_GPUS": reserved_gpus,
         "JPUSHARE_PORT": str(port),
         "JPUSHARE_SLURM_LOG_DIR": str(state / "slurm-logs"),
         "JPUSHARE_SLURM_PREFIX": f"jpr{uuid.uuid4().hex[:5]}",
@@ -220,7 +229,11 @@ def _runs(out: Path) -> list[tuple[str, Path]]:
     runs += [("Slurm, the same run again", out / "slurm-2")]
     runs += [("JPU-Share in front of Slurm", out / "jpushare")]
     runs += [("JPU-Share, the same run again", out / "jpushare-2")]
+    runs += [("JPU-Share, top job first-queued", out / "jpushare-first-queued")]
+    runs += [("JPU-Share, lend-by-limit", out / "jpushare-lend")]
     runs += [(f"simulator `{p}`", out / "sim" / p / "pack") for p in POLICIES]
+    runs += [("simulator `reservation`, first-queued", out / "sim-first-queued")]
+    runs += [("simulator `reservation`, lend-by-limit", out / "sim-lend")]
     return [(label, d) for label, d in runs if (d / "summary.json").exists()]
 
 
@@ -339,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         choices=(
             "slice", "slurm", "slurm-again", "jpushare", "jpushare-again",
-            "jpushare-first-queued", "jpushare-first-queued-again", "simulate", "render",
+            "jpushare-first-queued", "jpushare-first-queued-again", "jpushare-lend",
+            "jpushare-lend-again", "simulate", "render",
         ),
     )  # fmt: skip
     p.add_argument("--out", type=Path, default=ROOT / "out" / "peer")
@@ -383,16 +397,15 @@ def main(argv: list[str] | None = None) -> int:
         elif step == "slurm-again":
             step_slurm(args.out, args.speed, "slurm-2")
         elif step.startswith("jpushare"):
-            literal = "first-queued" in step
-            name = ("jpushare-first-queued" if literal else "jpushare") + (
-                "-2" if step.endswith("again") else ""
-            )
+            variant = step.removeprefix("jpushare").removesuffix("-again")
+            name = "jpushare" + variant + ("-2" if step.endswith("again") else "")
             step_jpushare(
                 args.out,
                 args.speed,
                 name,
                 cycle_s=args.cycle,
-                top_job="first-queued" if literal else "first-waiting",
+                top_job="first-queued" if variant == "-first-queued" else "first-waiting",
+                reserved_gpus="lend-by-limit" if variant == "-lend" else "llm-only",
                 slurm_conf=args.slurm_conf,
             )
         elif step == "simulate":
