@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jpushare.api.schemas import WhyPublic
+from jpushare.api.schemas.queue import WhyPublic
 from jpushare.vocabulary import (
     STARTING,
     JobState,

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from jpushare.api.schemas import MAX_LIST_LIMIT, MAX_QUEUE_LIMIT
+from jpushare.api.schemas.common import MAX_LIST_LIMIT, MAX_QUEUE_LIMIT
 from tests.api.conftest import ApiWorld, job_body
 from tests.api.test_errors import error
 

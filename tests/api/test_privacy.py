@@ -8,7 +8,8 @@ import typing
 import pytest
 
 from jpushare.api.privacy import PRIVATE_JOB_FIELDS
-from jpushare.api.schemas import JobPublic, QueueEntryPublic, WhyPublic
+from jpushare.api.schemas.jobs import JobPublic
+from jpushare.api.schemas.queue import QueueEntryPublic, WhyPublic
 from tests.api.conftest import ApiWorld
 
 # What squeue shows of anyone's job, and the other fields JPU-Share shows everyone (the

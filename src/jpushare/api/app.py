@@ -61,7 +61,7 @@ from jpushare.api.estimates import StartEstimateCache
 from jpushare.api.metric_figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, backfill, cluster, jobs, service, stats
-from jpushare.api.schemas import ErrorPublic
+from jpushare.api.schemas.common import ErrorPublic
 from jpushare.config import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,

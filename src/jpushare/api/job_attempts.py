@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from jpushare.api.schemas import AttemptPublic, ReservationSpanPublic
+from jpushare.api.schemas.jobs import AttemptPublic, ReservationSpanPublic
 from jpushare.store.records import JobEventRecord
 from jpushare.store.schema import EventKind
 

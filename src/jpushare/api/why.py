@@ -21,14 +21,14 @@ from datetime import datetime
 
 from jpushare.api.estimates import JobEstimate, job_estimate
 from jpushare.api.metric_figures import placement_counts
-from jpushare.api.schemas import (
+from jpushare.api.schemas.jobs import ReservationPublic
+from jpushare.api.schemas.queue import (
     BlockingPublic,
     DispatchPublic,
     PlacementReservation,
     PlacementView,
     PlannedActionPublic,
     QueueEntryPublic,
-    ReservationPublic,
     WhyPublic,
 )
 from jpushare.api.why_history import history_notes

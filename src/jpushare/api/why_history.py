@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from jpushare.api.schemas import DispatchPublic, WhyPublic
+from jpushare.api.schemas.queue import DispatchPublic, WhyPublic
 from jpushare.api.why_text import duration, on_lent_gpus, when
 from jpushare.ledger.eligibility import Verdict
 from jpushare.store.records import JobEventRecord, JobRecord

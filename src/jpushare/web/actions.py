@@ -27,7 +27,8 @@ from jpushare.api.deps import ApiContext, ContextDep, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode, store_error
 from jpushare.api.permissions import may_manage, require_manage
 from jpushare.api.routes import jobs
-from jpushare.api.schemas import INT64_MAX, JobPublic
+from jpushare.api.schemas.common import INT64_MAX
+from jpushare.api.schemas.jobs import JobPublic
 from jpushare.store.errors import NotFound, StoreError
 from jpushare.store.records import JobRecord, UserRecord
 from jpushare.vocabulary import JobState

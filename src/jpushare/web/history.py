@@ -18,7 +18,7 @@ from math import ceil, floor
 
 from sqlalchemy.orm import Session
 
-from jpushare.api.schemas import WatchPublic
+from jpushare.api.schemas.health import WatchPublic
 from jpushare.policy.watch import ReservationSpan, hold_figures, reservation_counts
 from jpushare.store.times import to_epoch
 from jpushare.store.usage_history import LabCharge, lab_charges

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from jpushare.api.schemas import JobPublic
+from jpushare.api.schemas.jobs import JobPublic
 from jpushare.client import job_commands
 from jpushare.store.records import JobRecord
 from jpushare.vocabulary import JobState

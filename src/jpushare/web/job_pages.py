@@ -21,7 +21,7 @@ from jpushare import store
 from jpushare.api.deps import ContextDep, SessionDep
 from jpushare.api.errors import ApiError
 from jpushare.api.routes import cluster, jobs
-from jpushare.api.schemas import INT64_MAX
+from jpushare.api.schemas.common import INT64_MAX
 from jpushare.store.errors import NotFound
 from jpushare.store.jobs import Shown
 from jpushare.store.records import UserRecord

@@ -22,7 +22,7 @@ from jpushare.api.deps import ContextDep, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.permissions import require_read_lab
 from jpushare.api.routes import cluster
-from jpushare.api.schemas import Name
+from jpushare.api.schemas.common import Name
 from jpushare.store.aggregates import LabInFlight, user_in_flight
 from jpushare.store.usage_history import UserCharges, user_charges
 from jpushare.web.auth import cookie_user

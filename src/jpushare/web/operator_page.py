@@ -29,7 +29,8 @@ from jpushare.api.deps import ApiContext, ContextDep, SessionDep, get_admin_user
 from jpushare.api.errors import ApiError, ErrorCode, store_error
 from jpushare.api.health import DispatcherVerdict, judge_dispatcher
 from jpushare.api.routes import admin
-from jpushare.api.schemas import Name, NodeDrain, NodePublic
+from jpushare.api.schemas.admin import NodeDrain, NodePublic
+from jpushare.api.schemas.common import Name
 from jpushare.store.errors import StoreError
 from jpushare.store.health import DispatcherHealth, load_health
 from jpushare.store.leadership import LeaseRecord, get_lease

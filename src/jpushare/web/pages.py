@@ -22,12 +22,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jpushare.api.deps import ContextDep, SessionDep, get_context
 from jpushare.api.errors import ErrorCode, error_response
 from jpushare.api.routes import cluster, jobs, stats
-from jpushare.api.schemas import (
-    MAX_LIST_LIMIT,
-    JobPublic,
-    PlacementPublic,
-    QueueEntryPublic,
-)
+from jpushare.api.schemas.common import MAX_LIST_LIMIT
+from jpushare.api.schemas.jobs import JobPublic
+from jpushare.api.schemas.queue import PlacementPublic, QueueEntryPublic
 from jpushare.store.records import UserRecord
 from jpushare.vocabulary import ACTIVE_STATES, JobState
 from jpushare.web import history

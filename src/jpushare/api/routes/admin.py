@@ -9,14 +9,11 @@ from fastapi import APIRouter, Depends, Path, Query
 from jpushare import store
 from jpushare.api.deps import AdminUser, ContextDep, SessionDep, get_admin_user
 from jpushare.api.errors import ApiError, ErrorCode
-from jpushare.api.schemas import (
-    INT32_MAX,
-    ErrorPublic,
+from jpushare.api.schemas.admin import (
     GpuSchedulable,
     IssuedTokenPublic,
     LabCreate,
     LabPublic,
-    Name,
     NodeDrain,
     NodeGpusUpdate,
     NodePublic,
@@ -36,6 +33,7 @@ from jpushare.api.schemas import (
     token_public,
     user_public,
 )
+from jpushare.api.schemas.common import INT32_MAX, ErrorPublic, Name
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
 router = APIRouter(

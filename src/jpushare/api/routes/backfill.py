@@ -23,7 +23,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from jpushare.api.deps import ContextDep, CurrentUser
-from jpushare.api.schemas import ErrorPublic
+from jpushare.api.schemas.common import ErrorPublic
 from jpushare.executors.backfill_servers import (
     RUNNING,
     backfill_dir,

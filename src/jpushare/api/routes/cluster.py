@@ -12,18 +12,14 @@ from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.metric_figures import placement_counts
 from jpushare.api.privacy import for_viewer
 from jpushare.api.routes.backfill import serving_by_placement
-from jpushare.api.schemas import (
-    MAX_QUEUE_LIMIT,
-    ErrorPublic,
-    LabsPublic,
+from jpushare.api.schemas.admin import LabsPublic, TiersPublic, lab_public, tier_public
+from jpushare.api.schemas.common import MAX_QUEUE_LIMIT, ErrorPublic
+from jpushare.api.schemas.queue import (
     PlacementLoan,
     PlacementPublic,
     PlacementReservation,
     PlacementsPublic,
     QueuePublic,
-    TiersPublic,
-    lab_public,
-    tier_public,
 )
 from jpushare.api.why import QueueView, queue_entries
 from jpushare.store.aggregates import LabInFlight, lab_in_flight, lab_job_counts

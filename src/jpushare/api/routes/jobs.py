@@ -15,20 +15,17 @@ from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.job_attempts import job_attempts
 from jpushare.api.permissions import managed_by, require_manage
 from jpushare.api.privacy import for_viewer
-from jpushare.api.schemas import (
-    INT64_MAX,
-    MAX_LIST_LIMIT,
+from jpushare.api.schemas.common import INT64_MAX, MAX_LIST_LIMIT, ErrorPublic, Name
+from jpushare.api.schemas.jobs import (
     AttemptsPublic,
-    ErrorPublic,
     JobCreate,
     JobPublic,
     JobsPublic,
     JobUpdate,
     LogPublic,
-    Name,
-    WhyPublic,
     job_public,
 )
+from jpushare.api.schemas.queue import WhyPublic
 from jpushare.api.time_window import parse_when
 from jpushare.api.why import QueueView, queued_why
 from jpushare.api.why_history import history_why, waiting_why

@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from jpushare.api.deps import ContextDep
 from jpushare.api.errors import first_line
 from jpushare.api.health import judge_dispatcher
-from jpushare.api.schemas import DispatcherHealthPublic, HealthPublic
+from jpushare.api.schemas.health import DispatcherHealthPublic, HealthPublic
 from jpushare.store.engine import ping
 from jpushare.store.health import load_health
 from jpushare.store.leadership import get_lease

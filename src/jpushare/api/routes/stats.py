@@ -11,7 +11,8 @@ from fastapi import APIRouter, Query
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.routes.backfill import keeper_dir, keeper_totals
-from jpushare.api.schemas import ErrorPublic, WatchBackfillPublic, WatchPublic
+from jpushare.api.schemas.common import ErrorPublic
+from jpushare.api.schemas.health import WatchBackfillPublic, WatchPublic
 from jpushare.api.time_window import parse_when
 from jpushare.policy.watch import backfill_split, watch_figures
 from jpushare.store.times import to_epoch
