@@ -16,7 +16,7 @@ from sqlalchemy import func, select, text
 
 from jpushare import store
 from jpushare.run_settings import JobRun
-from jpushare.store.jobs import QuotaExceeded, job_bytes
+from jpushare.store.quotas import QuotaExceeded, job_bytes
 from jpushare.store.schema import Job
 from tests.store.conftest import T0, World
 

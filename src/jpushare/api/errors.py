@@ -32,7 +32,7 @@ from jpushare.store.errors import (
     NotFound,
     StoreError,
 )
-from jpushare.store.jobs import QuotaExceeded
+from jpushare.store.quotas import QuotaExceeded
 
 log = logging.getLogger(__name__)
 

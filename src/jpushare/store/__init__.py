@@ -8,7 +8,8 @@ Layout:
 - `inventory`: tiers, nodes, GPUs, placements; `accounts`: labs, users, API tokens;
 - `reservations`: the reservations held now and the history of ended ones; `counts`: figures
   over many rows (jobs by state, labs' in-flight bills, requeues) for /metrics and the API;
-- `jobs`: submit (SPEC §2 fit check), read, list, history;
+- `jobs`: read, list, history; `submissions`: submit (SPEC §2 fit check), with the
+  per-user limits of `quotas`;
 - `lifecycle`: confirm, start, end (charging the lab), OOM / node-failure requeue, refusal,
   cancel; `cycle`: `load_snapshot` and `record_decisions` for the dispatcher, with each
   kind of policy action's part of the latter in `actions`;
@@ -72,16 +73,13 @@ from jpushare.store.inventory import (
     upsert_tiers,
 )
 from jpushare.store.jobs import (
-    Eligibility,
     JobFilter,
-    Submission,
     get_job,
     get_jobs,
     job_count,
     job_history,
     list_jobs,
     parse_job_id,
-    submit,
 )
 from jpushare.store.lifecycle import (
     cancel_job,
@@ -112,6 +110,7 @@ from jpushare.store.records import (
 )
 from jpushare.store.schema import EventKind, JobState, Role
 from jpushare.store.snapshot_and_decisions import held_by_jobs, load_snapshot, record_decisions
+from jpushare.store.submissions import Eligibility, Submission, submit
 from jpushare.store.times import from_epoch, to_epoch, utc_now
 from jpushare.store.waiting_jobs import (
     Refreshed,

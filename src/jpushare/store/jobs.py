@@ -1,66 +1,24 @@
-"""Jobs as users see them: submit (with the SPEC §2 fit check), read, list, history.
+"""Jobs as users see them: read one, several, a filtered list, a job's history.
 
-State changes after submission live in `lifecycle.py` (one job at a time) and
-`snapshot_and_decisions.py` (the dispatcher's decisions). Job ids are integers here; the
-policy knows them as text.
+Submission lives in `submissions.py` (with its per-user limits in `quotas.py`), state
+changes after it in `lifecycle.py` (one job at a time) and `snapshot_and_decisions.py` (the
+dispatcher's decisions). Job ids are integers here; the policy knows them as text.
 """
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    LargeBinary,
-    Select,
-    Text,
-    bindparam,
-    case,
-    cast,
-    func,
-    insert,
-    literal,
-    null,
-    or_,
-    select,
-    true,
-    update,
-)
-from sqlalchemy.engine import Connection
+from sqlalchemy import Select, Text, case, func, literal, null, or_, select
 from sqlalchemy.orm import Session, aliased
-from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 
-from jpushare.ledger.eligibility import (
-    MAX_DEPENDENCY_JOBS,
-    Dependency,
-    Term,
-    parse_dependency,
-)
-from jpushare.ledger.job_arrays import DEFAULT_ARRAY_OUTPUT, task_environment, task_pattern
-from jpushare.policy.fit import MAX_GPUS, MIN_GPUS, check_fit, default_min_sort_order
-from jpushare.policy.model import Placement, Tier
-from jpushare.run_settings import JobRun, checked
-from jpushare.store.errors import InvalidRequest, NoFitPlacement, NotFound, StoreError
-from jpushare.store.inventory import POLICY_TIER_COLUMNS
-from jpushare.store.job_names import default_job_name
+from jpushare.store.errors import InvalidRequest, NotFound
 from jpushare.store.records import JobEventRecord, JobRecord
-from jpushare.store.schema import (
-    ENDED_STATES,
-    EventKind,
-    GpuResource,
-    GpuTier,
-    Job,
-    JobEvent,
-    JobState,
-    Lab,
-    Node,
-    User,
-)
-from jpushare.vocabulary import Waiting
+from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab, User
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
@@ -77,7 +35,7 @@ def parse_job_id(value: str | int) -> int:
     return job_id
 
 
-_JOB_COLUMNS = tuple(Job.__table__.c)
+JOB_COLUMNS = tuple(Job.__table__.c)
 # The record's fields that are the job's own columns, under the same names but one (SPEC
 # §7's column name says GPU-seconds; it holds TFLOP-seconds); the rest are joined names.
 _RENAMED = {"reservation_cost_tflop_s": "reservation_gpu_seconds"}
@@ -153,7 +111,7 @@ def _lean_columns(shown: Shown) -> list[ColumnElement[Any]]:
     """The job's columns for `shown`: private ones only where shown, under their own names."""
     condition = shown.condition()
     out: list[ColumnElement[Any]] = []
-    for column in _JOB_COLUMNS:
+    for column in JOB_COLUMNS:
         if column.name not in PRIVATE_JOB_COLUMNS:
             out.append(column)
             continue
@@ -169,7 +127,7 @@ def _lean_columns(shown: Shown) -> list[ColumnElement[Any]]:
 
 def _record_select(shown: Shown | None = None) -> Select[Any]:
     """Every column of the job (`shown` None), or the lean columns of a list read."""
-    columns = _JOB_COLUMNS if shown is None else _lean_columns(shown)
+    columns = JOB_COLUMNS if shown is None else _lean_columns(shown)
     return (
         select(
             *columns,
@@ -202,439 +160,6 @@ def get_job(session: Session, job_id: int) -> JobRecord:
     if row is None:
         raise NotFound("job", job_id)
     return _record(row)
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """A submitted job, and the tier names its answer shows (sort order -> tier name, the
-    same map as the API's `tier_names_by_sort_order`), read in the same statement. An
-    array's `job` is its first task, `tasks` every task (one job: that job)."""
-
-    job: JobRecord
-    tier_names_by_sort_order: dict[int, str]
-    tasks: tuple[JobRecord, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Eligibility:
-    """What a submission asks beyond the job (`ledger.eligibility`): sbatch's --hold,
-    --dependency (as typed: `afterok:12:13_2`), --kill-on-invalid-dep, and --array (the
-    task ids, sorted, and the `%K` throttle)."""
-
-    hold: bool = False
-    dependency: str | None = None
-    kill_on_invalid_dep: bool = False
-    array_tasks: tuple[int, ...] | None = None
-    array_limit: int | None = None
-
-
-def resolve_dependency(session: Session, text: str) -> str:
-    """The dependency with each id made the jobs it names (an array: every task; `A_T`:
-    that task), as stored; InvalidRequest if it is not one or names a job there is none
-    of. Only jobs that exist can be named, so no dependency can ever form a cycle."""
-    try:
-        dep = parse_dependency(text)
-    except ValueError as exc:
-        raise InvalidRequest(f"dependency: {exc}") from None
-    typed = {i for t in dep.terms for i in t.ids}
-    plain = {int(i) for i in typed if "_" not in i}
-    heads = {int(i.split("_")[0]) for i in typed}
-    tasks: dict[int, dict[int, int]] = defaultdict(dict)  # array id -> task -> job id
-    found: set[int] = set()
-    for jid, array, task in session.execute(
-        select(Job.id, Job.array_job_id, Job.array_task_id).where(
-            or_(Job.id.in_(plain), Job.array_job_id.in_(heads))
-        )
-    ):
-        found.add(jid)
-        if array is not None and array in heads and task is not None:
-            tasks[array][task] = jid
-    terms = []
-    for term in dep.terms:
-        ids: list[int] = []
-        for i in term.ids:
-            head_text, _, task_text = i.partition("_")
-            head = int(head_text)
-            if task_text:
-                task_job = tasks.get(head, {}).get(int(task_text))
-                if task_job is None:
-                    raise InvalidRequest(f"dependency: there is no job {i}")
-                ids.append(task_job)
-            elif head in tasks:
-                ids.extend(tasks[head][t] for t in sorted(tasks[head]))
-            elif head in found:
-                ids.append(head)
-            else:
-                raise InvalidRequest(f"dependency: there is no job {head}")
-        unique = list(dict.fromkeys(ids))
-        if len(unique) > MAX_DEPENDENCY_JOBS:
-            raise InvalidRequest(
-                f"dependency: {term.kind} names {len(unique)} jobs, at most "
-                f"{MAX_DEPENDENCY_JOBS} may be named"
-            )
-        terms.append(Term(term.kind, tuple(str(j) for j in unique)))
-    return Dependency(tuple(terms), dep.any_of, dep.singleton).text()
-
-
-# What the SPEC §2 check and the new job's record need, in one statement: the user's lab
-# and names, every tier, and every placement's capacity (schedulable GPUs per node and
-# tier, as `inventory.placements` counts them). One row per (tier, placement); a tier
-# without placements once, with NULL node; one row with NULL tier when there is no tier;
-# no row when there is no such user.
-_capacity = (
-    select(GpuResource.node_name, GpuResource.tier_id, func.count().label("capacity"))
-    .join(Node, Node.name == GpuResource.node_name)
-    .where(GpuResource.schedulable.is_(True))
-    .group_by(GpuResource.node_name, GpuResource.tier_id)
-    .subquery("capacity")
-)
-_SUBMIT_INPUTS = (
-    select(
-        User.lab_id,
-        User.name,
-        Lab.name,
-        *POLICY_TIER_COLUMNS,
-        _capacity.c.node_name,
-        _capacity.c.capacity,
-    )
-    .select_from(User)
-    .join(Lab, Lab.id == User.lab_id)
-    .outerjoin(GpuTier, true())
-    .outerjoin(_capacity, _capacity.c.tier_id == GpuTier.id)
-    .where(User.id == bindparam("user_id"))
-)
-
-# With a quota: the same, locking the user's row (PostgreSQL; SQLite's BEGIN IMMEDIATE
-# already serializes writers), so that one user's submissions count their jobs one at a time.
-_SUBMIT_INPUTS_LOCKED = _SUBMIT_INPUTS.with_for_update(of=User)
-
-
-class QuotaExceeded(StoreError):
-    """A submission would take its user over a per-user limit; nothing was stored."""
-
-    def __init__(self, user: str, limit: str, maximum: int, current: int, adding: int) -> None:
-        self.user, self.limit = user, limit
-        self.maximum, self.current, self.adding = maximum, current, adding
-        if limit == "active_jobs":
-            text = (
-                f"{user} has {current} active jobs (queued or running), the most one user "
-                f"may have is {maximum}: wait for some to end, or cancel some"
-            )
-        else:
-            text = (
-                f"{user}'s active jobs hold {current} bytes of commands and environments; "
-                f"this job's {adding} more would pass the limit of {maximum} per user: "
-                "put long commands and variables in a script, or wait for jobs to end"
-            )
-        super().__init__(text + "; nothing was stored")
-
-
-def _stored_bytes(dialect: str) -> ColumnElement[Any]:
-    """A job's command and environment as stored, in bytes (PostgreSQL's octet_length reads
-    a value's size without decompressing it)."""
-    if dialect == "postgresql":
-        env = func.octet_length(cast(Job.environment, Text))
-        command = func.octet_length(Job.command)
-    else:
-        env = func.length(cast(Job.environment, LargeBinary))
-        command = func.length(cast(Job.command, LargeBinary))
-    return command + func.coalesce(env, 0)
-
-
-def _active_usage(dialect: str) -> Select[Any]:
-    """One user's jobs that have not ended: how many, and their stored bytes."""
-    return select(func.count(), func.coalesce(func.sum(_stored_bytes(dialect)), 0)).where(
-        Job.user_id == bindparam("user_id"),
-        Job.state.not_in([state.value for state in ENDED_STATES]),
-    )
-
-
-_ACTIVE_USAGE = {name: _active_usage(name) for name in ("postgresql", "sqlite")}
-
-
-def job_bytes(command: str, environment: Mapping[str, str] | None) -> int:
-    """What a new job adds to its user's stored bytes (the environment as JSON)."""
-    env = 0 if environment is None else len(json.dumps(dict(environment)).encode())
-    return len(command.encode()) + env
-
-
-def _check_quota(
-    connection: Connection,
-    user_id: int,
-    user_name: str,
-    adding: int,
-    max_active_jobs: int | None,
-    max_job_bytes: int | None,
-    jobs: int = 1,
-) -> None:
-    usage = _ACTIVE_USAGE.get(connection.dialect.name, _ACTIVE_USAGE["sqlite"])
-    count, stored = connection.execute(usage, {"user_id": user_id}).one()
-    if max_active_jobs is not None and count + jobs > max_active_jobs:
-        raise QuotaExceeded(user_name, "active_jobs", max_active_jobs, int(count), jobs)
-    if max_job_bytes is not None and stored + adding > max_job_bytes:
-        raise QuotaExceeded(user_name, "job_bytes", max_job_bytes, int(stored), adding)
-
-
-_NEW_JOB_VALUES: dict[str, BindParameter[Any]] = {
-    name: bindparam(name)
-    for name in (
-        "name",
-        "command",
-        "user_id",
-        "lab_id",
-        "num_gpus",
-        "minimum_tier_sort_order",
-        "time_limit_s",
-        "state",
-        "submitted_at",
-        "queue_entered_at",
-        "attempts",
-        "run_cost",
-        "charged_tflop_s",
-        "reserved_gpus",
-        "reservation_gpu_seconds",
-        "workdir",
-        "environment",
-        "output_path",
-        "error_path",
-        "cpus_per_gpu",
-        "mem_per_gpu_mb",
-        "waiting",
-        "held",
-        "dependency",
-        "kill_on_invalid_dep",
-        "array_job_id",
-        "array_task_id",
-        "array_limit",
-    )
-}
-_INSERT_JOB = insert(Job).values(_NEW_JOB_VALUES).returning(*_JOB_COLUMNS)
-_INSERT_EVENT = insert(JobEvent).values(
-    job_id=bindparam("job_id"),
-    at=bindparam("event_at"),
-    kind=bindparam("event_kind"),
-    to_state=bindparam("event_to_state"),
-    detail=bindparam("event_detail"),
-)
-
-
-def _insert_job_and_event() -> Select[Any]:
-    """PostgreSQL: the job and its `submitted` event in one round trip (a data-modifying
-    CTE); the job's row comes back."""
-    new_job = _INSERT_JOB.cte("new_job")
-    event_values = select(
-        new_job.c.id,
-        bindparam("event_at", type_=JobEvent.__table__.c.at.type),
-        bindparam("event_kind", type_=JobEvent.__table__.c.kind.type),
-        bindparam("event_to_state", type_=JobEvent.__table__.c.to_state.type),
-        bindparam("event_detail", type_=JobEvent.__table__.c.detail.type),
-    )
-    new_event = (
-        insert(JobEvent)
-        .from_select(["job_id", "at", "kind", "to_state", "detail"], event_values)
-        .cte("new_event")
-    )
-    return select(*(new_job.c[c.name] for c in _JOB_COLUMNS)).add_cte(new_event)
-
-
-_INSERT_JOB_AND_EVENT = _insert_job_and_event()
-
-
-def submit(
-    session: Session,
-    *,
-    user_id: int,
-    name: str,
-    command: str,
-    num_gpus: int,
-    now: datetime,
-    min_tier: str | None = None,
-    time_limit_s: float | None = None,
-    run: JobRun | None = None,
-    max_active_jobs: int | None = None,
-    max_job_bytes: int | None = None,
-    eligibility: Eligibility | None = None,
-) -> Submission:
-    """Queue a job for the user's lab, after the SPEC §2 checks; the job, with the tier names
-    its public form needs.
-
-    Raises InvalidRequest (num_gpus outside 1-8, unknown tier, empty command), NotFound
-    (no such user) or NoFitPlacement (no placement can ever hold it; nothing is stored).
-    The fit check reads the inventory in the same transaction as the insert. Statements: one
-    read (user, tiers, placement capacities), then on PostgreSQL one INSERT of the job and
-    its `submitted` event together, on SQLite two INSERTs.
-
-    `max_active_jobs` / `max_job_bytes`: the user's limits on jobs that have not ended and
-    on their stored command + environment bytes (None: no limit); QuotaExceeded beyond
-    them. Checked with one more read, after the first locked the user's row, in the
-    insert's transaction: two submissions of one user cannot both pass.
-
-    `eligibility`: a hold, a dependency, an array (one job per task, in this transaction;
-    each task's `array_job_id` is the first task's id, as Slurm's ArrayJobId). A job that
-    is not eligible at once is stored with its `waiting` reason (`waiting_jobs`).
-    """
-    elig = eligibility or Eligibility()
-    tasks: tuple[int | None, ...] = elig.array_tasks or (None,)
-    if not MIN_GPUS <= num_gpus <= MAX_GPUS:
-        raise InvalidRequest(f"num_gpus must be {MIN_GPUS}-{MAX_GPUS}, got {num_gpus}")
-    if not command.strip():
-        raise InvalidRequest("a job needs a command")
-    if time_limit_s is not None and time_limit_s <= 0:
-        raise InvalidRequest(f"time_limit_s must be positive, got {time_limit_s}")
-    try:
-        run = checked(run or JobRun())
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
-    session.flush()  # Core statements below: make pending ORM changes visible first
-    connection = session.connection()
-    quota = max_active_jobs is not None or max_job_bytes is not None
-    inputs = _SUBMIT_INPUTS_LOCKED if quota else _SUBMIT_INPUTS
-    rows = connection.execute(inputs, {"user_id": user_id}).all()
-    if not rows:
-        raise NotFound("user", user_id)
-    lab_id, user_name, lab_name = rows[0][0], rows[0][1], rows[0][2]
-    if quota:
-        adding = job_bytes(command, run.environment) * len(tasks)
-        _check_quota(
-            connection, user_id, user_name, adding, max_active_jobs, max_job_bytes, len(tasks)
-        )
-    by_name: dict[str, Tier] = {}
-    capacities: list[Placement] = []
-    for row in rows:
-        tier_name = row[3]
-        if tier_name is None:
-            continue
-        if tier_name not in by_name:
-            by_name[tier_name] = Tier(*row[3:9])
-        if row[9] is not None:
-            capacities.append(Placement(row[9], tier_name, row[10]))
-    # The order `policy_tiers` gives (strongest first, then by name): check_fit's choice
-    # among tiers of equal sort order depends on it.
-    tiers = sorted(by_name.values(), key=lambda t: (-t.sort_order, t.name))
-    tier_names: dict[int, str] = {}
-    for t in sorted(tiers, key=lambda t: t.name):
-        tier_names.setdefault(t.sort_order, t.name)
-    if min_tier is not None:
-        if min_tier not in by_name:
-            known = ", ".join(sorted(by_name)) or "none"
-            raise InvalidRequest(f"unknown tier {min_tier!r} (tiers: {known})")
-        min_sort_order = by_name[min_tier].sort_order
-    else:
-        try:
-            min_sort_order = default_min_sort_order(tiers)
-        except ValueError:  # no auto-assign tier: check_fit below says nothing fits
-            min_sort_order = 0
-    report = check_fit(num_gpus, min_sort_order, tiers, capacities)
-    if not report.ok:
-        raise NoFitPlacement(report)
-    dependency = resolve_dependency(session, elig.dependency) if elig.dependency else None
-    params: dict[str, Any] = {
-        "name": name.strip() or default_job_name(command),
-        "command": command,
-        "user_id": user_id,
-        "lab_id": lab_id,
-        "num_gpus": num_gpus,
-        "minimum_tier_sort_order": min_sort_order,
-        "time_limit_s": time_limit_s,
-        "state": JobState.GLOBAL_QUEUE_WAIT.value,
-        "submitted_at": now,
-        "queue_entered_at": now,
-        "attempts": 0,
-        "run_cost": 0.0,
-        "charged_tflop_s": 0.0,
-        "reserved_gpus": 0,
-        "reservation_gpu_seconds": 0.0,
-        "workdir": run.workdir,
-        "environment": None if run.environment is None else dict(run.environment),
-        "output_path": run.output_path,
-        "error_path": run.error_path,
-        "cpus_per_gpu": run.cpus_per_gpu,
-        "mem_per_gpu_mb": run.mem_per_gpu_mb,
-        "held": elig.hold,
-        "dependency": dependency,
-        "kill_on_invalid_dep": elig.kill_on_invalid_dep,
-        "array_limit": elig.array_limit if elig.array_tasks else None,
-        "event_at": now,
-        "event_kind": EventKind.SUBMITTED.value,
-        "event_to_state": JobState.GLOBAL_QUEUE_WAIT.value,
-        "event_detail": {
-            "num_gpus": num_gpus,
-            "min_tier": report.min_tier,
-            "minimum_tier_sort_order": min_sort_order,
-            "fit_placements": report.fit_count,
-        },
-    }
-    if dependency is not None or elig.array_tasks:
-        params["event_detail"] = {**params["event_detail"], "dependency": dependency}
-    rows_out = []
-    array_id: int | None = None
-    for index, task in enumerate(tasks):
-        task_params = {**params, "array_task_id": task, "array_job_id": array_id}
-        task_params["waiting"] = _initial_waiting(elig, dependency, index)
-        if task is not None and array_id is not None:
-            task_params |= _task_run(run, array_id, task, elig.array_tasks or ())
-            task_params["event_detail"] = {**params["event_detail"], "array_task_id": task}
-        if connection.dialect.name == "postgresql":
-            row = connection.execute(_INSERT_JOB_AND_EVENT, task_params).one()
-        else:
-            row = connection.execute(_INSERT_JOB, task_params).one()
-            connection.execute(_INSERT_EVENT, {**task_params, "job_id": row._mapping["id"]})
-        rows_out.append(row)
-        if task is not None and array_id is None:  # the first task: its id names the array
-            array_id = row._mapping["id"]
-            first = _task_run(run, array_id, task, elig.array_tasks or ())
-            connection.execute(
-                update(Job).where(Job.id == array_id).values(array_job_id=array_id, **first)
-            )
-    ids = [row._mapping["id"] for row in rows_out]
-    judged = [i for i, r in zip(ids, rows_out, strict=True) if r._mapping["waiting"] == _DEP]
-    if judged or elig.array_tasks:
-        from jpushare.store.lifecycle import cancel_job  # lifecycle imports this module
-        from jpushare.store.waiting_jobs import refresh_waiting
-
-        refreshed = refresh_waiting(session, now, judged) if judged else None
-        for job_id, why in refreshed.to_cancel if refreshed else ():
-            cancel_job(session, job_id, now, reason=why)
-        records = get_jobs(session, ids)
-        out = tuple(records[i] for i in ids)
-        return Submission(out[0], tier_names, out)
-    # A new job has no placement and no reservation: no tier names.
-    record = job_record(
-        rows_out[0]._mapping,
-        user_name=user_name,
-        lab_name=lab_name,
-        tier_name=None,
-        reserved_tier_name=None,
-    )
-    return Submission(record, tier_names, (record,))
-
-
-_DEP = Waiting.DEPENDENCY.value
-
-
-def _task_run(run: JobRun, array_id: int, task: int, tasks: tuple[int, ...]) -> dict[str, Any]:
-    """An array task's environment (SLURM_ARRAY_* and JPUSHARE_ARRAY_*) and output names
-    (`%A`, `%a` expanded as sbatch does in an array)."""
-    output = run.output_path if run.output_path is not None else DEFAULT_ARRAY_OUTPUT
-    return {
-        "environment": task_environment(run.environment, array_id, task, tasks),
-        "output_path": task_pattern(output, array_id, task),
-        "error_path": None
-        if run.error_path is None
-        else task_pattern(run.error_path, array_id, task),
-    }
-
-
-def _initial_waiting(elig: Eligibility, dependency: str | None, index: int) -> str | None:
-    """A new job's `waiting` before it is judged: held, a dependency to judge now, or its
-    array's throttle (the first K tasks are eligible)."""
-    if elig.hold:
-        return Waiting.HELD.value
-    if dependency is not None:
-        return _DEP
-    if elig.array_tasks and elig.array_limit is not None and index >= elig.array_limit:
-        return Waiting.ARRAY_LIMIT.value
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from jpushare.api.schemas.common import (
 from jpushare.ledger.eligibility import parse_dependency
 from jpushare.ledger.job_arrays import parse_array
 from jpushare.mail_types import MailType, check_mail_address, parse_mail_types
-from jpushare.store.jobs import Eligibility
 from jpushare.store.records import JobRecord
+from jpushare.store.submissions import Eligibility
 from jpushare.time_limits import TIME_LIMIT_FORMS, parse_time_limit, state_label
 from jpushare.vocabulary import JobState, Waiting
 
