@@ -45,15 +45,11 @@ How a run maps onto Slurm:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import re
 import shlex
-import stat
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC
 from pathlib import Path
@@ -99,6 +95,7 @@ from jpushare.executors.slurm_parse import (
     run_state,
     sbatch_error,
 )
+from jpushare.executors.slurm_run_records import UntrustedRecord, read_run_record, write_run_record
 from jpushare.unix_accounts import (
     UnixAccount,
     UnknownAccount,
@@ -106,11 +103,6 @@ from jpushare.unix_accounts import (
     resolve_account,
     service_account,
 )
-
-
-class UntrustedRecord(OSError):
-    """A run record in the log directory that this service did not write."""
-
 
 # Job ids go into a Slurm job name and a file name: keep them to a safe alphabet.
 _JOB_ID = re.compile(r"[A-Za-z0-9_.:+-]+")
@@ -414,39 +406,10 @@ class SlurmExecutor:
         return self.log_dir / f"{name}.run.json"
 
     def _write_run_record(self, name: str, record: Mapping[str, object]) -> None:
-        """Written through a new temporary file of a random name (O_EXCL: never a file or
-        symlink that a user planted in a log directory they may write) renamed over it."""
-        path = self._run_record_path(name)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_run_record(self._run_record_path(name), record)
 
     def _read_run_record(self, job_id: str, attempt: int) -> dict[str, object] | None:
-        """The run's record; None if there is none. A record this service did not write (a
-        symlink, or a file of another owner: users may write the log directory) names files
-        and an account the service would read as: UntrustedRecord."""
-        path = self._run_record_path(run_name(self.name_prefix, job_id, attempt))
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise UntrustedRecord(f"{path}: {exc.strerror or exc}") from exc
-        with os.fdopen(fd) as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise UntrustedRecord(f"{path}: not written by this service")
-            try:
-                data = json.loads(f.read())
-            except (OSError, ValueError) as exc:
-                raise UntrustedRecord(f"{path}: {exc}") from exc
-        return data if isinstance(data, dict) else None
+        return read_run_record(self._run_record_path(run_name(self.name_prefix, job_id, attempt)))
 
     def runs(self) -> list[RunInfo]:
         """Every Slurm job named by this executor that squeue still shows (MinJobAge)."""

@@ -23,8 +23,8 @@ The executor (`JPUSHARE_EXECUTOR`):
 - `slurm`: `SlurmExecutor` with the `JPUSHARE_SLURM_*` settings (`jpushare.config`): job
   output in `JPUSHARE_SLURM_LOG_DIR` (default `<state dir>/slurm-logs`; it must be on a
   file system the compute nodes share), GRES type -> tier names, extra sbatch options, the
-  job name prefix. The dispatcher's observe step gets the same GRES -> tier mapping, so the
-  inventory, the busy GPUs and every sbatch speak of the same tiers.
+  job name prefix. The executor alone maps GRES types to tiers: the dispatcher sees only
+  tier names, so the inventory, the busy GPUs and every sbatch speak of the same tiers.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def simulate(
     started = time.perf_counter()
     engine = Engine(cluster, jobs, fn, cycle_s, observer, every_cycle, progress)
     engine.run()
-    return engine.result(name, order.value, time.perf_counter() - started, lending.value)
+    return _result(engine, name, order.value, time.perf_counter() - started, lending.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,4 +242,50 @@ def forecast(
         unresolved=frozenset(followed - engine.first_starts.keys()),
         horizon=now + max(0.0, last),
         cycles=engine.cycles_run,
+    )
+
+
+def _result(
+    engine: Engine, policy: str, placement: str, wall_s: float, reserved_gpus: str
+) -> SimResult:
+    """The run's record, read off the engine once it has stopped."""
+    records = tuple(
+        TraceJobResult(
+            job_id=j.spec.job_id,
+            lab=j.spec.lab,
+            num_gpus=j.spec.num_gpus,
+            state=j.state,
+            submit_time=j.spec.submit_time,
+            attempts=tuple(j.attempts),
+            run_cost=j.account.run_cost,
+            reservation_cost=j.account.reservation_cost,
+            billed=j.account.charged,
+            reason=j.reason,
+        )
+        for j in (engine.jobs[i] for i in engine.order)
+    )
+    reservations = tuple(
+        ReservationRecord(e.job_id, e.node, e.tier, e.gpus, e.since, e.ended_at, e.reason)
+        for e in engine.reservation_log
+    )
+    return SimResult(
+        policy=policy,
+        cycle_s=engine.cycle_s,
+        jobs=records,
+        reservations=reservations,
+        initial_lab_usage=engine.initial_lab_usage,
+        lab_usage=dict(engine.lab_usage),
+        capacity_gpus=engine.cluster.capacity_gpus,
+        running_gpu_s=engine.running_gpu_s,
+        reserved_gpu_s=engine.reserved_gpu_s,
+        gpu_timeline=tuple(engine.gpu_timeline),
+        lab_timeline=tuple(engine.lab_timeline),
+        cycles_run=engine.cycles_run,
+        cycles_total=engine.cycles_total,
+        wall_s=wall_s,
+        placement=placement,
+        reserved_gpus=reserved_gpus,
+        lent_runs=tuple(engine.lent_runs),
+        lent_waits=tuple(engine.lent_waits),
+        lent_gpu_s=engine.lent_gpu_s,
     )

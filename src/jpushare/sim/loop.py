@@ -43,9 +43,6 @@ from jpushare.sim.results import (
     GpuSample,
     LentRun,
     LentWait,
-    ReservationRecord,
-    SimResult,
-    TraceJobResult,
     TraceJobState,
 )
 from jpushare.vocabulary import JobId, NodeState
@@ -588,49 +585,3 @@ class Engine:
             self.gpu_timeline[-1] = s
         else:
             self.gpu_timeline.append(s)
-
-    # -- result ---------------------------------------------------------------------------
-
-    def result(
-        self, policy: str, placement: str, wall_s: float, reserved_gpus: str = "llm-only"
-    ) -> SimResult:
-        records = tuple(
-            TraceJobResult(
-                job_id=j.spec.job_id,
-                lab=j.spec.lab,
-                num_gpus=j.spec.num_gpus,
-                state=j.state,
-                submit_time=j.spec.submit_time,
-                attempts=tuple(j.attempts),
-                run_cost=j.account.run_cost,
-                reservation_cost=j.account.reservation_cost,
-                billed=j.account.charged,
-                reason=j.reason,
-            )
-            for j in (self.jobs[i] for i in self.order)
-        )
-        reservations = tuple(
-            ReservationRecord(e.job_id, e.node, e.tier, e.gpus, e.since, e.ended_at, e.reason)
-            for e in self.reservation_log
-        )
-        return SimResult(
-            policy=policy,
-            cycle_s=self.cycle_s,
-            jobs=records,
-            reservations=reservations,
-            initial_lab_usage=self.initial_lab_usage,
-            lab_usage=dict(self.lab_usage),
-            capacity_gpus=self.cluster.capacity_gpus,
-            running_gpu_s=self.running_gpu_s,
-            reserved_gpu_s=self.reserved_gpu_s,
-            gpu_timeline=tuple(self.gpu_timeline),
-            lab_timeline=tuple(self.lab_timeline),
-            cycles_run=self.cycles_run,
-            cycles_total=self.cycles_total,
-            wall_s=wall_s,
-            placement=placement,
-            reserved_gpus=reserved_gpus,
-            lent_runs=tuple(self.lent_runs),
-            lent_waits=tuple(self.lent_waits),
-            lent_gpu_s=self.lent_gpu_s,
-        )
