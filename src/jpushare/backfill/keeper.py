@@ -29,7 +29,6 @@ GPU-seconds served on reserved GPUs, served on idle ones, and idle with nothing 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -44,7 +43,6 @@ from jpushare.config import BackfillSettings
 from jpushare.executors.backfill_servers import (
     CGROUP_PREFIX,
     STOPPING,
-    USAGE_FILE,
     ServerRecord,
     alive,
     backfill_dir,
@@ -54,6 +52,7 @@ from jpushare.executors.backfill_servers import (
     save,
     server_key,
     stop_servers,
+    write_usage,
 )
 from jpushare.executors.cgroups import Limits, RunCgroup, device_rules, run_dir_name
 from jpushare.executors.gpus import LocalGpu
@@ -294,28 +293,9 @@ class Keeper:
             reserved = self._reserved()
             for place in set(served) | set(idle):
                 n_served, n_idle = served.get(place, 0), idle.get(place, 0)
-                on_reserved = min(reserved.get(place, 0), n_served)
-                self._usage.backfill_reserved_gpu_s += on_reserved * dt
-                self._usage.backfill_idle_gpu_s += (n_served - on_reserved) * dt
-                self._usage.idle_gpu_s += n_idle * dt
-            self._write_usage()
+                self._usage.add(dt, n_served, reserved.get(place, 0), n_idle)
+            write_usage(self.dir, self._usage)
         self._last_tick = now
-
-    def _write_usage(self) -> None:
-        u = self._usage
-        path = self.dir / USAGE_FILE
-        tmp = path.with_name(f".{USAGE_FILE}.tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "backfill_reserved_gpu_s": u.backfill_reserved_gpu_s,
-                    "backfill_idle_gpu_s": u.backfill_idle_gpu_s,
-                    "idle_gpu_s": u.idle_gpu_s,
-                    "since": u.since,
-                }
-            )
-        )
-        os.replace(tmp, path)
 
     def stop_all(self) -> None:
         """Stop every server (the keeper is shutting down): SIGTERM, grace, kill."""

@@ -27,7 +27,6 @@ Nothing here is a JPU-Share job: no database row, nothing charged to a lab (SPEC
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -37,7 +36,6 @@ from pathlib import Path
 
 from jpushare.config import BackfillSettings
 from jpushare.executors.backfill_servers import (
-    USAGE_FILE,
     ServerRecord,
     Yielded,
     forget,
@@ -46,6 +44,7 @@ from jpushare.executors.backfill_servers import (
     record_yield,
     save,
     server_key,
+    write_usage,
 )
 from jpushare.executors.base import RunState, SubmitRefused
 from jpushare.executors.slurm import SlurmExecutor
@@ -335,24 +334,8 @@ class SlurmKeeper:
                     served[(slot.node, slot.tier)] = served.get((slot.node, slot.tier), 0) + n
             for place, want in wanted.items():
                 s = min(served.get(place, 0), want.free)
-                on_reserved = min(want.reserved, s)
-                self._usage.backfill_reserved_gpu_s += on_reserved * dt
-                self._usage.backfill_idle_gpu_s += (s - on_reserved) * dt
-                self._usage.idle_gpu_s += max(0, want.free - s) * dt
-            u = self._usage
-            path = self.dir / USAGE_FILE
-            tmp = path.with_name(f".{USAGE_FILE}.tmp")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "backfill_reserved_gpu_s": u.backfill_reserved_gpu_s,
-                        "backfill_idle_gpu_s": u.backfill_idle_gpu_s,
-                        "idle_gpu_s": u.idle_gpu_s,
-                        "since": u.since,
-                    }
-                )
-            )
-            tmp.replace(path)
+                self._usage.add(dt, s, want.reserved, max(0, want.free - s))
+            write_usage(self.dir, self._usage)
         self._last_tick = now
 
     # --- running ---------------------------------------------------------------------------

@@ -249,6 +249,22 @@ class Usage:
     idle_gpu_s: float = 0.0
     since: float | None = None
 
+    def add(self, dt: float, served: int, reserved: int, idle: int) -> None:
+        """`dt` seconds of one place: `served` GPUs serving (the first `reserved` of them on
+        reserved GPUs), `idle` GPUs unserved."""
+        on_reserved = min(reserved, served)
+        self.backfill_reserved_gpu_s += on_reserved * dt
+        self.backfill_idle_gpu_s += (served - on_reserved) * dt
+        self.idle_gpu_s += idle * dt
+
+
+def write_usage(directory: Path, usage: Usage) -> None:
+    """Replace the keeper's totals (`read_usage` reads them)."""
+    path = directory / USAGE_FILE
+    tmp = path.with_name(f".{USAGE_FILE}.tmp")
+    tmp.write_text(json.dumps(asdict(usage)))
+    tmp.replace(path)
+
 
 def read_usage(directory: Path | None) -> Usage:
     if directory is None:
