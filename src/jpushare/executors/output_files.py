@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from jpushare.ledger.job_arrays import expand_percent
 from jpushare.unix_accounts import UnixAccount
 
 DEFAULT_OUTPUT = "jpushare-%j.out"  # Slurm's slurm-%j.out habit
@@ -24,19 +25,7 @@ LOG_TAIL_BYTES = 8 << 20  # a log read returns at most the last 8 MiB (executors
 
 def expand_pattern(pattern: str, job_id: str, attempt: int) -> str:
     """`%j` -> job id, `%a` -> attempt, `%%` -> `%`; any other `%x` stays as written."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "%" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if nxt in "ja%":
-                out.append({"j": job_id, "a": str(attempt), "%": "%"}[nxt])
-                i += 2
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+    return expand_percent(pattern, {"j": job_id, "a": str(attempt), "%": "%"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,25 +65,25 @@ def task_environment(
     return {**(environment or {}), **task_variables(array_job_id, task, tasks)}
 
 
-def task_pattern(pattern: str, array_job_id: int, task: int) -> str:
-    """An output name for one task: `%A` the array's id, `%a` the task id (sbatch's
-    meaning in an array); `%j` and `%%` are left for the executor to expand."""
+def expand_percent(pattern: str, values: Mapping[str, str]) -> str:
+    """Each `%x` whose `x` is in `values` -> `values[x]`; any other `%x` stays as written
+    (so `%%` too, unless `values` maps `%`)."""
     out: list[str] = []
     i = 0
     while i < len(pattern):
-        c = pattern[i]
-        if c == "%" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if nxt in "Aa":
-                out.append(str(array_job_id) if nxt == "A" else str(task))
-                i += 2
-                continue
-            out.append(pattern[i : i + 2])  # %j, %% and the rest: as written
+        if pattern[i] == "%" and i + 1 < len(pattern):
+            out.append(values.get(pattern[i + 1], pattern[i : i + 2]))
             i += 2
-            continue
-        out.append(c)
-        i += 1
+        else:
+            out.append(pattern[i])
+            i += 1
     return "".join(out)
+
+
+def task_pattern(pattern: str, array_job_id: int, task: int) -> str:
+    """An output name for one task: `%A` the array's id, `%a` the task id (sbatch's
+    meaning in an array); `%j` and `%%` are left for the executor to expand."""
+    return expand_percent(pattern, {"A": str(array_job_id), "a": str(task)})
 
 
 DEFAULT_ARRAY_OUTPUT = "jpushare-%A_%a.out"  # as Slurm's slurm-%A_%a.out
