@@ -8,6 +8,9 @@ simulator from `--top-job` / `--reserved-gpus`; both pass them to `decide`.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
+
+Choice = TypeVar("Choice", bound=StrEnum)
 
 
 class TopJob(StrEnum):
@@ -28,19 +31,21 @@ TOP_JOBS: tuple[str, ...] = tuple(o.value for o in TopJob)
 RESERVED_GPUS: tuple[str, ...] = tuple(o.value for o in ReservedGpus)
 
 
+def parse_choice(kind: type[Choice], name: str, text: str) -> Choice:
+    """`text` (any case) as one of `kind`'s values; ValueError naming the valid choices.
+    The one parser of every option here and of the placement order."""
+    try:
+        return kind(text.strip().lower())
+    except ValueError:
+        choices = ", ".join(o.value for o in kind)
+        raise ValueError(f"{name} must be one of {choices}, not {text!r}") from None
+
+
 def parse_top_job(text: str) -> TopJob:
     """`first-waiting` / `first-queued` -> TopJob; ValueError naming the valid choices."""
-    try:
-        return TopJob(text.strip().lower())
-    except ValueError:
-        raise ValueError(f"top_job must be one of {', '.join(TOP_JOBS)}, not {text!r}") from None
+    return parse_choice(TopJob, "top_job", text)
 
 
 def parse_reserved_gpus(text: str) -> ReservedGpus:
     """`llm-only` / `lend-by-limit` -> ReservedGpus; ValueError naming the valid choices."""
-    try:
-        return ReservedGpus(text.strip().lower())
-    except ValueError:
-        raise ValueError(
-            f"reserved_gpus must be one of {', '.join(RESERVED_GPUS)}, not {text!r}"
-        ) from None
+    return parse_choice(ReservedGpus, "reserved_gpus", text)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
 from jpushare.policy.model import Placement, Tier
+from jpushare.policy.options import parse_choice
 
 Key = tuple[str, str]  # (node, tier)
 
@@ -38,12 +39,7 @@ PLACEMENT_ORDERS: tuple[str, ...] = tuple(o.value for o in PlacementOrder)
 
 def parse_placement_order(text: str) -> PlacementOrder:
     """`pack` / `spread` -> PlacementOrder; ValueError naming the valid choices."""
-    try:
-        return PlacementOrder(text.strip().lower())
-    except ValueError:
-        raise ValueError(
-            f"placement must be one of {', '.join(PLACEMENT_ORDERS)}, not {text!r}"
-        ) from None
+    return parse_choice(PlacementOrder, "placement", text)
 
 
 def dispatch_key(
