@@ -26,10 +26,16 @@ CUDA_OOM_REASON = "CUDA out of memory (reported in the job's output)"
 OOM_SCAN_BYTES = 1 << 20
 
 
-def find_cuda_oom(output: str) -> str | None:
-    """The last line of `output` that reports a CUDA out-of-memory, stripped; else None."""
+def last_line_matching(output: str, pattern: re.Pattern[str]) -> str | None:
+    """The last line of `output` that `pattern` finds in, stripped; else None (the host
+    out-of-memory of `slurm_parse` too)."""
     found: str | None = None
     for line in output.splitlines():
-        if CUDA_OOM_PATTERN.search(line):
+        if pattern.search(line):
             found = line.strip()
     return found
+
+
+def find_cuda_oom(output: str) -> str | None:
+    """The last line of `output` that reports a CUDA out-of-memory, stripped; else None."""
+    return last_line_matching(output, CUDA_OOM_PATTERN)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 
 from jpushare.executors.base import NodeState, RunState
+from jpushare.executors.cuda_oom import last_line_matching
 
 # ------------------------------------------------------------------ format strings
 # `Field:|` = no width limit, "|" after the field. The free-text field goes last, with no
@@ -528,11 +529,7 @@ HOST_OOM_PATTERN = re.compile(
 
 def find_host_oom(output: str) -> str | None:
     """The last line of a job's output where Slurm says it killed the job for memory."""
-    found: str | None = None
-    for line in output.splitlines():
-        if HOST_OOM_PATTERN.search(line):
-            found = line.strip()
-    return found
+    return last_line_matching(output, HOST_OOM_PATTERN)
 
 
 def run_name(prefix: str, job_id: str, attempt: int) -> str:
