@@ -216,6 +216,11 @@ class SlurmExecutor:
         """The GRES type to ask sbatch for: a tier name mapped back, else the name itself."""
         return self._tier_to_gpu_type.get(gpu_type, gpu_type)
 
+    def gres(self, gpu_type: str, num_gpus: int) -> str:
+        """sbatch's `--gres` for `num_gpus` of `gpu_type`: `gpu:<type>:N`, untyped `gpu:N`."""
+        gres_type = self.gres_type(gpu_type)
+        return f"gpu:{gres_type}:{num_gpus}" if gres_type != "gpu" else f"gpu:{num_gpus}"
+
     def log_path(self, job_id: str, attempt: int) -> Path:
         """Where the run's stdout and stderr go."""
         return self.log_dir / f"{run_name(self.name_prefix, job_id, attempt)}.out"
@@ -287,8 +292,6 @@ class SlurmExecutor:
         else:
             where = self._owner_run(spec, account, name)
             env, job_env = self._sbatch_env(), self._job_env(spec, account)
-        gres_type = self.gres_type(spec.gpu_type)
-        gres = f"gpu:{gres_type}:{spec.num_gpus}" if gres_type != "gpu" else f"gpu:{spec.num_gpus}"
         argv = [
             self.commands.sbatch,
             "--parsable",
@@ -297,7 +300,7 @@ class SlurmExecutor:
             f"--nodelist={spec.node}",
             "--nodes=1",
             "--ntasks=1",
-            f"--gres={gres}",
+            f"--gres={self.gres(spec.gpu_type, spec.num_gpus)}",
             *where,
             "--no-requeue",
         ]

@@ -135,8 +135,6 @@ class SlurmBackfill:
         ex = self.executor
         ex.log_dir.mkdir(parents=True, exist_ok=True)
         name = backfill_name(ex.name_prefix, slot)
-        gres_type = ex.gres_type(slot.tier)
-        gres = f"gpu:{gres_type}:{num_gpus}" if gres_type != "gpu" else f"gpu:{num_gpus}"
         argv = [
             ex.commands.sbatch,
             "--parsable",
@@ -146,7 +144,7 @@ class SlurmBackfill:
             f"--nodelist={slot.node}",
             "--nodes=1",
             "--ntasks=1",
-            f"--gres={gres}",
+            f"--gres={ex.gres(slot.tier, num_gpus)}",
             f"--output={ex.log_dir / (name + '.log')}",
             "--open-mode=append",
             "--no-requeue",
