@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from jpushare.backfill.ticking import run_ticks
 from jpushare.config import BackfillSettings
 from jpushare.executors.backfill_servers import (
     CGROUP_PREFIX,
@@ -306,24 +307,18 @@ class Keeper:
 
     def run(self, interval_s: float, stop: threading.Event) -> None:
         """Tick every `interval_s` until `stop` is set; then stop every server."""
-        try:
-            while not stop.is_set():
-                try:
-                    report = self.tick()
-                except Exception:  # one bad tick must not end the keeper
-                    log.exception("backfill tick failed")
-                else:
-                    if report.started or report.ended or report.adopted:
-                        log.info(
-                            "backfill: started %s, ended %s, adopted %s, running %d",
-                            list(report.started),
-                            list(report.ended),
-                            list(report.adopted),
-                            len(report.running),
-                        )
-                stop.wait(interval_s)
-        finally:
-            self.stop_all()
+        run_ticks(log, self._tick_logged, interval_s, stop, self.stop_all)
+
+    def _tick_logged(self) -> None:
+        report = self.tick()
+        if report.started or report.ended or report.adopted:
+            log.info(
+                "backfill: started %s, ended %s, adopted %s, running %d",
+                list(report.started),
+                list(report.ended),
+                list(report.adopted),
+                len(report.running),
+            )
 
 
 def _groups(gpus: tuple[LocalGpu, ...], settings: BackfillSettings) -> list[_Group]:

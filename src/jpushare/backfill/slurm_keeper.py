@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from jpushare.backfill.ticking import run_ticks
 from jpushare.config import BackfillSettings
 from jpushare.executors.backfill_servers import (
     ServerRecord,
@@ -352,26 +353,19 @@ class SlurmKeeper:
 
     def run(self, interval_s: float, stop: threading.Event) -> None:
         """Tick every `interval_s` until `stop` is set; then cancel every job of ours."""
-        try:
-            while not stop.is_set():
-                try:
-                    report = self.tick()
-                except Exception:  # one bad tick (Slurm down a moment) must not end it
-                    log.exception("backfill tick failed")
-                else:
-                    if report.submitted or report.ended or report.cancelled or report.adopted:
-                        log.info(
-                            "backfill: submitted %s, cancelled %s, ended %s, adopted %s, "
-                            "running %d",
-                            list(report.submitted),
-                            list(report.cancelled),
-                            list(report.ended),
-                            list(report.adopted),
-                            len(report.running),
-                        )
-                stop.wait(interval_s)
-        finally:
-            self.stop_all()
+        run_ticks(log, self._tick_logged, interval_s, stop, self.stop_all)
+
+    def _tick_logged(self) -> None:
+        report = self.tick()  # a failing one (Slurm down a moment) is logged by run_ticks
+        if report.submitted or report.ended or report.cancelled or report.adopted:
+            log.info(
+                "backfill: submitted %s, cancelled %s, ended %s, adopted %s, running %d",
+                list(report.submitted),
+                list(report.cancelled),
+                list(report.ended),
+                list(report.adopted),
+                len(report.running),
+            )
 
 
 def _num(sid: str) -> str:
