@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -166,6 +166,16 @@ def event_row(
 def add_events(session: Session, rows: list[dict[str, Any]]) -> None:
     if rows:
         session.execute(insert(JobEvent), rows)
+
+
+# A queued job's reservation fields once it holds none (a release, a cancel, a hold).
+NO_RESERVATION: Mapping[str, Any] = {
+    "reserved_gpus": 0,
+    "reserved_node_name": None,
+    "reserved_tier_id": None,
+    "reservation_since": None,
+    "reservation_last_accrued_at": None,
+}
 
 
 def tier_tflops(session: Session, tier_id: uuid.UUID | None) -> float:

@@ -23,18 +23,17 @@ from jpushare.ledger.eligibility import Met, Verdict, parse_dependency, verdict
 from jpushare.ledger.eligibility import dependency_status as _dependency_status
 from jpushare.store.errors import InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.jobs import get_job
-from jpushare.store.ledger_writes import accrue_reservation
+from jpushare.store.ledger_writes import release_queued_reservation
 from jpushare.store.lifecycle import cancel_job
 from jpushare.store.records import JobRecord
 from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState
 from jpushare.store.transitions import (
+    NO_RESERVATION,
     add_events,
     event_row,
     guarded_update,
     lock_job,
     rowcount,
-    tier_name,
-    tier_tflops,
 )
 from jpushare.vocabulary import ReleaseReason, Waiting
 
@@ -249,33 +248,9 @@ def hold_job(session: Session, job_id: int, now: datetime, *, by: str) -> JobRec
         return get_job(session, job_id)
     events: list[dict[str, Any]] = []
     if job.reserved_gpus > 0:
-        accrue_reservation(session, job, now, tier_tflops(session, job.reserved_tier_id))
-        events.append(
-            event_row(
-                job_id,
-                now,
-                EventKind.RELEASED,
-                detail={
-                    "reason": ReleaseReason.R3.value,
-                    "held": True,
-                    "node": job.reserved_node_name,
-                    "tier": tier_name(session, job.reserved_tier_id),
-                    "gpus": job.reserved_gpus,
-                    "since": job.reservation_since.isoformat() if job.reservation_since else None,
-                },
-            )
-        )
+        events.append(release_queued_reservation(session, job, now, ReleaseReason.R3, held=True))
     ok = guarded_update(
-        session,
-        job_id,
-        _Q,
-        held=True,
-        waiting=Waiting.HELD.value,
-        reserved_gpus=0,
-        reserved_node_name=None,
-        reserved_tier_id=None,
-        reservation_since=None,
-        reservation_last_accrued_at=None,
+        session, job_id, _Q, held=True, waiting=Waiting.HELD.value, **NO_RESERVATION
     )
     assert ok  # the row is locked and queued
     events.append(event_row(job_id, now, EventKind.HELD, detail={"by": by}))
