@@ -19,6 +19,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from jpushare.store.errors import InvalidRequest, NotFound
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab, User
+from jpushare.store.transitions import id_chunks
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
@@ -212,10 +213,8 @@ def get_jobs(
     session: Session, job_ids: Iterable[int], *, shown: Shown | None = None
 ) -> dict[int, JobRecord]:
     """Several jobs by id (missing ids are left out); with `shown`, lean (see `Shown`)."""
-    ids = sorted(set(job_ids))
     out: dict[int, JobRecord] = {}
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
+    for chunk in id_chunks(job_ids):
         for row in session.execute(_record_select(shown).where(Job.id.in_(chunk))):
             record = _record(row)
             out[record.id] = record

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -106,14 +106,17 @@ _LOCK_COLUMNS = (
 )
 
 
+def id_chunks(job_ids: Iterable[int], size: int = 1000) -> Iterator[list[int]]:
+    """The distinct ids in order, `size` at a time: one bounded `IN (…)` list each."""
+    ids = sorted(set(job_ids))
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
 def lock_jobs(session: Session, job_ids: Iterable[int]) -> dict[int, LockedJob]:
     """Read and lock these jobs' rows (in id order, so two lockers cannot deadlock)."""
-    ids = sorted(set(job_ids))
-    if not ids:
-        return {}
     out: dict[int, LockedJob] = {}
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
+    for chunk in id_chunks(job_ids):
         rows: list[Any] = list(
             session.execute(
                 select(*_LOCK_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()

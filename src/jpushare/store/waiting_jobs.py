@@ -32,6 +32,7 @@ from jpushare.store.transitions import (
     add_events,
     event_row,
     guarded_update,
+    id_chunks,
     lock_job,
     rowcount,
 )
@@ -42,7 +43,6 @@ _IN_FLIGHT = [_Q, *(s.value for s in ACTIVE_STATES)]
 # What a cycle looks at again: a hold changes only by `release`, a never-met dependency
 # never changes (ended jobs stay ended).
 _REVISITED = (Waiting.DEPENDENCY.value, Waiting.ARRAY_LIMIT.value)
-_CHUNK = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +77,8 @@ def refresh_waiting(
         stmt = select(*_COLUMNS).where(Job.waiting.in_(_REVISITED), Job.state == _Q)
         rows = list(session.execute(stmt.order_by(Job.id)))
     else:
-        ids = sorted(set(job_ids))
         rows = []
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
+        for chunk in id_chunks(job_ids):
             stmt = select(*_COLUMNS).where(Job.id.in_(chunk), Job.state == _Q)
             rows.extend(session.execute(stmt.order_by(Job.id)))
     if not rows:
@@ -117,8 +115,7 @@ def refresh_waiting(
             events.append(event_row(row.id, now, EventKind.WAITING, detail=detail))
 
     done: list[int] = []
-    for start in range(0, len(eligible), _CHUNK):
-        chunk = eligible[start : start + _CHUNK]
+    for chunk in id_chunks(eligible):  # in id order already
         result = session.execute(
             update(Job)
             .where(Job.id.in_(chunk), Job.state == _Q, Job.held.is_(False))
@@ -178,9 +175,7 @@ def dependency_status(dep: Any, states: dict[int, JobState]) -> tuple[Met, str]:
 
 def _states(session: Session, ids: set[int]) -> dict[int, JobState]:
     out: dict[int, JobState] = {}
-    ordered = sorted(ids)
-    for start in range(0, len(ordered), _CHUNK):
-        chunk = ordered[start : start + _CHUNK]
+    for chunk in id_chunks(ids):
         for jid, state in session.execute(select(Job.id, Job.state).where(Job.id.in_(chunk))):
             out[jid] = JobState(state)
     return out
