@@ -61,7 +61,7 @@ from jpushare.api.estimates import StartEstimateCache
 from jpushare.api.metric_figures import metric_figures
 from jpushare.api.munge_auth import MungeSignIn
 from jpushare.api.routes import admin, backfill, cluster, jobs, service, stats
-from jpushare.api.schemas.common import ErrorPublic
+from jpushare.api.schemas.common import error_responses
 from jpushare.config import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -114,19 +114,15 @@ bounds each field's schema states.
 
 # What any route may answer besides its own responses (the body guard and the database
 # sit in front of every route).
-COMMON_RESPONSES: dict[int | str, dict[str, object]] = {
-    400: {
-        "model": ErrorPublic,
-        "description": "VALIDATION_ERROR: the body cannot be parsed (e.g. not UTF-8), "
+COMMON_RESPONSES = error_responses(
+    {
+        400: "VALIDATION_ERROR: the body cannot be parsed (e.g. not UTF-8), "
         "or Content-Length is not a number",
-    },
-    408: {"model": ErrorPublic, "description": "REQUEST_TIMEOUT: the body came too slowly"},
-    413: {"model": ErrorPublic, "description": "PAYLOAD_TOO_LARGE: the body is over the limit"},
-    503: {
-        "model": ErrorPublic,
-        "description": "DATABASE_UNAVAILABLE (with Retry-After) or UNAVAILABLE",
-    },
-}
+        408: "REQUEST_TIMEOUT: the body came too slowly",
+        413: "PAYLOAD_TOO_LARGE: the body is over the limit",
+        503: "DATABASE_UNAVAILABLE (with Retry-After) or UNAVAILABLE",
+    }
+)
 
 
 def create_app(

@@ -10,7 +10,7 @@ import hashlib
 import secrets
 from datetime import datetime
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import ColumnElement, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -109,22 +109,21 @@ def create_user(
     return _user_record(user, lab_row.name)
 
 
-def get_user(session: Session, name: str) -> UserRecord:
+def _one_user(session: Session, where: ColumnElement[bool], key: str | int) -> UserRecord:
     row = session.execute(
-        select(User, Lab.name).join(Lab, Lab.id == User.lab_id).where(User.name == name)
+        select(User, Lab.name).join(Lab, Lab.id == User.lab_id).where(where)
     ).one_or_none()
     if row is None:
-        raise NotFound("user", name)
+        raise NotFound("user", key)
     return _user_record(row[0], row[1])
+
+
+def get_user(session: Session, name: str) -> UserRecord:
+    return _one_user(session, User.name == name, name)
 
 
 def get_user_by_id(session: Session, user_id: int) -> UserRecord:
-    row = session.execute(
-        select(User, Lab.name).join(Lab, Lab.id == User.lab_id).where(User.id == user_id)
-    ).one_or_none()
-    if row is None:
-        raise NotFound("user", user_id)
-    return _user_record(row[0], row[1])
+    return _one_user(session, User.id == user_id, user_id)
 
 
 def list_users(session: Session, lab: str | None = None) -> list[UserRecord]:

@@ -24,7 +24,7 @@ from jpushare.policy.model import (
 )
 from jpushare.store.schema import EventKind, Job, JobState
 from jpushare.store.times import from_epoch
-from jpushare.store.transitions import LockedJob, event_row
+from jpushare.store.transitions import NO_RESERVATION, LockedJob, event_row
 from jpushare.vocabulary import store_job_id
 
 _QUEUED = JobState.GLOBAL_QUEUE_WAIT.value
@@ -102,13 +102,7 @@ class _Absorb(ActionKind[AbsorbReservation]):
 
 class _Release(ActionKind[ReleaseReservation]):
     rank = 1
-    statement = _guarded(*_RESERVATION_MATCHES).values(
-        reserved_gpus=0,
-        reserved_node_name=None,
-        reserved_tier_id=None,
-        reservation_since=None,
-        reservation_last_accrued_at=None,
-    )
+    statement = _guarded(*_RESERVATION_MATCHES).values(**NO_RESERVATION)
 
     def valid(self, job: LockedJob, a: ReleaseReservation, tier_id: uuid.UUID) -> bool:
         return (
@@ -138,14 +132,7 @@ class _Release(ActionKind[ReleaseReservation]):
     def after(
         self, job: LockedJob, a: ReleaseReservation, tier_id: uuid.UUID, at: datetime
     ) -> LockedJob:
-        return replace(
-            job,
-            reserved_gpus=0,
-            reserved_node_name=None,
-            reserved_tier_id=None,
-            reservation_since=None,
-            reservation_last_accrued_at=None,
-        )
+        return replace(job, **NO_RESERVATION)
 
 
 class _Start(ActionKind[StartReservation]):

@@ -288,21 +288,20 @@ def set_node_state(
 
 def drain_node(session: Session, node: str, reason: str, now: datetime) -> None:
     """An admin closes the node to new work (R5 releases reservations on it next cycle)."""
-    row = session.get(Node, node)
-    if row is None:
-        raise NotFound("node", node)
-    row.admin_drained = True
-    row.drain_reason = reason
-    row.updated_at = now
-    session.flush()
+    _set_drain(session, node, reason, now)
 
 
 def undrain_node(session: Session, node: str, now: datetime) -> None:
+    _set_drain(session, node, None, now)
+
+
+def _set_drain(session: Session, node: str, reason: str | None, now: datetime) -> None:
+    """Drained with `reason`, or open again when it is None."""
     row = session.get(Node, node)
     if row is None:
         raise NotFound("node", node)
-    row.admin_drained = False
-    row.drain_reason = None
+    row.admin_drained = reason is not None
+    row.drain_reason = reason
     row.updated_at = now
     session.flush()
 

@@ -19,6 +19,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from jpushare.store.errors import InvalidRequest, NotFound
 from jpushare.store.records import JobEventRecord, JobRecord
 from jpushare.store.schema import EventKind, GpuTier, Job, JobEvent, JobState, Lab, User
+from jpushare.store.transitions import id_chunks
 
 _Tier = aliased(GpuTier, name="placed_tier")
 _ReservedTier = aliased(GpuTier, name="reserved_tier")
@@ -187,24 +188,22 @@ def list_jobs(
     """Jobs matching `filters`, newest first; with `shown`, lean (see `Shown`)."""
     f = filters or JobFilter()
     stmt = _record_select(shown).order_by(Job.id.desc()).limit(max(1, min(f.limit, 10_000)))
+    equal = (
+        (Lab.name, f.lab),
+        (Job.user_id, f.user_id),
+        (User.name, f.user),
+        (Job.name, f.name),
+        (Job.array_job_id, f.array_job_id),
+    )
+    stmt = stmt.where(*(column == value for column, value in equal if value is not None))
     if f.states:
         stmt = stmt.where(Job.state.in_([s.value for s in f.states]))
-    if f.lab is not None:
-        stmt = stmt.where(Lab.name == f.lab)
-    if f.user_id is not None:
-        stmt = stmt.where(Job.user_id == f.user_id)
     if f.before_id is not None:
         stmt = stmt.where(Job.id < f.before_id)
-    if f.user is not None:
-        stmt = stmt.where(User.name == f.user)
-    if f.name is not None:
-        stmt = stmt.where(Job.name == f.name)
     if f.until is not None:
         stmt = stmt.where(Job.submitted_at < f.until)
     if f.since is not None:
         stmt = stmt.where(or_(Job.ended_at.is_(None), Job.ended_at >= f.since))
-    if f.array_job_id is not None:
-        stmt = stmt.where(Job.array_job_id == f.array_job_id)
     if f.waiting is not None:
         stmt = stmt.where(Job.waiting.is_not(None) if f.waiting else Job.waiting.is_(None))
     return [_record(row) for row in session.execute(stmt)]
@@ -214,10 +213,8 @@ def get_jobs(
     session: Session, job_ids: Iterable[int], *, shown: Shown | None = None
 ) -> dict[int, JobRecord]:
     """Several jobs by id (missing ids are left out); with `shown`, lean (see `Shown`)."""
-    ids = sorted(set(job_ids))
     out: dict[int, JobRecord] = {}
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
+    for chunk in id_chunks(job_ids):
         for row in session.execute(_record_select(shown).where(Job.id.in_(chunk))):
             record = _record(row)
             out[record.id] = record

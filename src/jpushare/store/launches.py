@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from jpushare.store.records import DispatchedJob
 from jpushare.store.schema import Job, User
+from jpushare.store.transitions import id_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,8 @@ class LaunchDetails:
 
 def launch_details(session: Session, job_ids: Iterable[int]) -> dict[int, LaunchDetails]:
     """Job id -> its launch details (missing ids are left out)."""
-    ids = sorted(set(job_ids))
     out: dict[int, LaunchDetails] = {}
-    for start in range(0, len(ids), 1000):
+    for chunk in id_chunks(job_ids):
         rows = session.execute(
             select(
                 Job.id,
@@ -80,7 +80,7 @@ def launch_details(session: Session, job_ids: Iterable[int]) -> dict[int, Launch
                 Job.mem_per_gpu_mb,
             )
             .join(User, User.id == Job.user_id)
-            .where(Job.id.in_(ids[start : start + 1000]))
+            .where(Job.id.in_(chunk))
         )
         for jid, *rest in rows:
             out[jid] = LaunchDetails(*rest)

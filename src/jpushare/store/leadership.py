@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -158,24 +158,24 @@ def renew_lease(
     A lease that expired but was not taken is still renewed: nobody else acted under it.
     """
     now, expires = _now_and_expiry(session, lease_s)
-    table = _LEASES.c
-    renewed = session.execute(
-        update(_LEASES)
-        .where(table.name == name, table.holder == holder, table.epoch == epoch)
-        .values(renewed_at=now, expires_at=expires)
-        .returning(table.epoch)
-    ).scalar()
-    if renewed is None:
+    if not _update_held(session, holder, epoch, name, {"renewed_at": now, "expires_at": expires}):
         raise LeaseLost(f"the dispatcher lease moved on from epoch {epoch}")
 
 
 def release_lease(session: Session, holder: str, epoch: int, name: str = DISPATCHER) -> bool:
     """Give the lease up now (a clean stop), so a standby takes it at its next cycle."""
+    return _update_held(session, holder, epoch, name, {"holder": None, "expires_at": None})
+
+
+def _update_held(
+    session: Session, holder: str, epoch: int, name: str, values: dict[str, Any]
+) -> bool:
+    """Update the lease only while `holder` still holds it under `epoch`; whether it did."""
     table = _LEASES.c
-    released = session.execute(
+    updated = session.execute(
         update(_LEASES)
         .where(table.name == name, table.holder == holder, table.epoch == epoch)
-        .values(holder=None, expires_at=None)
+        .values(values)
         .returning(table.epoch)
     ).scalar()
-    return released is not None
+    return updated is not None

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from jpushare.ledger import Account, AttemptEnd, Charge, LedgerEvent, settle
 from jpushare.ledger import accrue_reservation as ledger_accrue
 from jpushare.store.errors import ConcurrentUpdate
-from jpushare.store.schema import ACTIVE_STATES, Job, JobState, Lab
+from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState, Lab
 from jpushare.store.times import to_epoch
 from jpushare.store.transitions import (
     LockedJob,
@@ -31,8 +31,10 @@ from jpushare.store.transitions import (
     guarded_update,
     lock_job,
     rowcount,
+    tier_name,
     tier_tflops,
 )
+from jpushare.vocabulary import ReleaseReason
 
 _JOBS = cast(Table, Job.__table__)
 _LABS = cast(Table, Lab.__table__)
@@ -164,6 +166,24 @@ def accrue_reservation(
         reservation_last_accrued_at=now,
     )
     return accrual.cost if ok else 0.0
+
+
+def release_queued_reservation(
+    session: Session, job: LockedJob, now: datetime, reason: ReleaseReason, **extra: Any
+) -> dict[str, Any]:
+    """The locked queued job's reservation accrued up to `now`, and its RELEASED event (a
+    cancel, a hold); the caller's update then clears it (`NO_RESERVATION`)."""
+    accrue_reservation(session, job, now, tier_tflops(session, job.reserved_tier_id))
+    since = job.reservation_since
+    detail = {
+        "reason": reason.value,
+        **extra,
+        "node": job.reserved_node_name,
+        "tier": tier_name(session, job.reserved_tier_id),
+        "gpus": job.reserved_gpus,
+        "since": since.isoformat() if since else None,
+    }
+    return event_row(job.id, now, EventKind.RELEASED, detail=detail)
 
 
 def lent_gpus(session: Session, lenders: Iterable[int]) -> dict[int, int]:

@@ -29,8 +29,8 @@ from jpushare.store.jobs import get_job
 from jpushare.store.ledger_writes import (
     AppliedEnd,
     account_of,
-    accrue_reservation,
     charge_lab,
+    release_queued_reservation,
     write_attempt_ends,
     write_charge,
 )
@@ -38,6 +38,7 @@ from jpushare.store.records import AttemptEnded, Cancelled
 from jpushare.store.schema import ACTIVE_STATES, Job, JobState
 from jpushare.store.times import same_instant, to_epoch
 from jpushare.store.transitions import (
+    NO_RESERVATION,
     LockedJob,
     add_events,
     clean_text,
@@ -387,22 +388,8 @@ def cancel_job(
     released: ReleaseReason | None = None
     events: list[dict[str, Any]] = []
     if job.reserved_gpus > 0:
-        accrue_reservation(session, job, now, tier_tflops(session, job.reserved_tier_id))
         released = ReleaseReason.CANCEL
-        events.append(
-            event_row(
-                job_id,
-                now,
-                EventKind.RELEASED,
-                detail={
-                    "reason": ReleaseReason.CANCEL.value,
-                    "node": job.reserved_node_name,
-                    "tier": tier_name(session, job.reserved_tier_id),
-                    "gpus": job.reserved_gpus,
-                    "since": job.reservation_since.isoformat() if job.reservation_since else None,
-                },
-            )
-        )
+        events.append(release_queued_reservation(session, job, now, released))
     ok = guarded_update(
         session,
         job_id,
@@ -410,11 +397,7 @@ def cancel_job(
         state=JobState.CANCELLED.value,
         ended_at=now,
         reason=why,
-        reserved_gpus=0,
-        reserved_node_name=None,
-        reserved_tier_id=None,
-        reservation_since=None,
-        reservation_last_accrued_at=None,
+        **NO_RESERVATION,
     )
     assert ok  # the row is locked and queued
     events.append(

@@ -21,6 +21,7 @@ from jpushare.store.inventory import PlacementKey
 from jpushare.store.launches import launch_details
 from jpushare.store.records import DispatchedJob
 from jpushare.store.schema import ACTIVE_STATES, Base, GpuTier, Job, JobState
+from jpushare.store.transitions import id_chunks
 
 
 class PlacementObservation(Base):
@@ -119,12 +120,9 @@ def active_jobs(session: Session) -> list[ActiveJobRow]:
 
 def job_states(session: Session, job_ids: Iterable[int]) -> dict[int, tuple[JobState, int]]:
     """job id -> (state, attempts) for the ids that exist (unknown ids are left out)."""
-    ids = sorted(set(job_ids))
     out: dict[int, tuple[JobState, int]] = {}
-    for start in range(0, len(ids), 1000):
-        rows = session.execute(
-            select(Job.id, Job.state, Job.attempts).where(Job.id.in_(ids[start : start + 1000]))
-        )
+    for chunk in id_chunks(job_ids):
+        rows = session.execute(select(Job.id, Job.state, Job.attempts).where(Job.id.in_(chunk)))
         for jid, state, attempts in rows:
             out[jid] = (JobState(state), attempts)
     return out
@@ -137,12 +135,11 @@ def cancelled_runs(
     while dispatched or running (they keep their placement; one cancelled in the queue after
     a requeue does not, and its last run was charged when it was requeued): the runs the
     dispatcher may have to settle (`lifecycle.settle_cancelled_run`)."""
-    ids = sorted(set(job_ids))
     out: dict[int, tuple[int, datetime | None, datetime | None]] = {}
-    for start in range(0, len(ids), 1000):
+    for chunk in id_chunks(job_ids):
         rows = session.execute(
             select(Job.id, Job.attempts, Job.started_at, Job.ended_at).where(
-                Job.id.in_(ids[start : start + 1000]),
+                Job.id.in_(chunk),
                 Job.state == JobState.CANCELLED.value,
                 Job.tier_id.is_not(None),
             )
@@ -154,9 +151,8 @@ def cancelled_runs(
 
 def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[DispatchedJob]:
     """The DISPATCHED jobs among `job_ids`, with what their launch needs, in id order."""
-    ids = sorted(set(job_ids))
     out: list[DispatchedJob] = []
-    for start in range(0, len(ids), 1000):
+    for chunk in id_chunks(job_ids):
         rows = session.execute(
             select(
                 Job.id,
@@ -169,7 +165,7 @@ def dispatched_launches(session: Session, job_ids: Iterable[int]) -> list[Dispat
                 GpuTier.mem_per_gpu_mb,
             )
             .join(GpuTier, GpuTier.id == Job.tier_id)
-            .where(Job.id.in_(ids[start : start + 1000]), Job.state == JobState.DISPATCHED.value)
+            .where(Job.id.in_(chunk), Job.state == JobState.DISPATCHED.value)
             .order_by(Job.id)
         ).all()
         runs = launch_details(session, [row[0] for row in rows])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -106,14 +106,17 @@ _LOCK_COLUMNS = (
 )
 
 
+def id_chunks(job_ids: Iterable[int], size: int = 1000) -> Iterator[list[int]]:
+    """The distinct ids in order, `size` at a time: one bounded `IN (…)` list each."""
+    ids = sorted(set(job_ids))
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
 def lock_jobs(session: Session, job_ids: Iterable[int]) -> dict[int, LockedJob]:
     """Read and lock these jobs' rows (in id order, so two lockers cannot deadlock)."""
-    ids = sorted(set(job_ids))
-    if not ids:
-        return {}
     out: dict[int, LockedJob] = {}
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
+    for chunk in id_chunks(job_ids):
         rows: list[Any] = list(
             session.execute(
                 select(*_LOCK_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()
@@ -166,6 +169,16 @@ def event_row(
 def add_events(session: Session, rows: list[dict[str, Any]]) -> None:
     if rows:
         session.execute(insert(JobEvent), rows)
+
+
+# A queued job's reservation fields once it holds none (a release, a cancel, a hold).
+NO_RESERVATION: Mapping[str, Any] = {
+    "reserved_gpus": 0,
+    "reserved_node_name": None,
+    "reserved_tier_id": None,
+    "reservation_since": None,
+    "reservation_last_accrued_at": None,
+}
 
 
 def tier_tflops(session: Session, tier_id: uuid.UUID | None) -> float:

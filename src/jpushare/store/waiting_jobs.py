@@ -23,18 +23,18 @@ from jpushare.ledger.eligibility import Met, Verdict, parse_dependency, verdict
 from jpushare.ledger.eligibility import dependency_status as _dependency_status
 from jpushare.store.errors import InvalidRequest, InvalidTransition, NotFound
 from jpushare.store.jobs import get_job
-from jpushare.store.ledger_writes import accrue_reservation
+from jpushare.store.ledger_writes import release_queued_reservation
 from jpushare.store.lifecycle import cancel_job
 from jpushare.store.records import JobRecord
 from jpushare.store.schema import ACTIVE_STATES, EventKind, Job, JobState
 from jpushare.store.transitions import (
+    NO_RESERVATION,
     add_events,
     event_row,
     guarded_update,
+    id_chunks,
     lock_job,
     rowcount,
-    tier_name,
-    tier_tflops,
 )
 from jpushare.vocabulary import ReleaseReason, Waiting
 
@@ -43,7 +43,6 @@ _IN_FLIGHT = [_Q, *(s.value for s in ACTIVE_STATES)]
 # What a cycle looks at again: a hold changes only by `release`, a never-met dependency
 # never changes (ended jobs stay ended).
 _REVISITED = (Waiting.DEPENDENCY.value, Waiting.ARRAY_LIMIT.value)
-_CHUNK = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +77,8 @@ def refresh_waiting(
         stmt = select(*_COLUMNS).where(Job.waiting.in_(_REVISITED), Job.state == _Q)
         rows = list(session.execute(stmt.order_by(Job.id)))
     else:
-        ids = sorted(set(job_ids))
         rows = []
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
+        for chunk in id_chunks(job_ids):
             stmt = select(*_COLUMNS).where(Job.id.in_(chunk), Job.state == _Q)
             rows.extend(session.execute(stmt.order_by(Job.id)))
     if not rows:
@@ -118,8 +115,7 @@ def refresh_waiting(
             events.append(event_row(row.id, now, EventKind.WAITING, detail=detail))
 
     done: list[int] = []
-    for start in range(0, len(eligible), _CHUNK):
-        chunk = eligible[start : start + _CHUNK]
+    for chunk in id_chunks(eligible):  # in id order already
         result = session.execute(
             update(Job)
             .where(Job.id.in_(chunk), Job.state == _Q, Job.held.is_(False))
@@ -179,9 +175,7 @@ def dependency_status(dep: Any, states: dict[int, JobState]) -> tuple[Met, str]:
 
 def _states(session: Session, ids: set[int]) -> dict[int, JobState]:
     out: dict[int, JobState] = {}
-    ordered = sorted(ids)
-    for start in range(0, len(ordered), _CHUNK):
-        chunk = ordered[start : start + _CHUNK]
+    for chunk in id_chunks(ids):
         for jid, state in session.execute(select(Job.id, Job.state).where(Job.id.in_(chunk))):
             out[jid] = JobState(state)
     return out
@@ -249,33 +243,9 @@ def hold_job(session: Session, job_id: int, now: datetime, *, by: str) -> JobRec
         return get_job(session, job_id)
     events: list[dict[str, Any]] = []
     if job.reserved_gpus > 0:
-        accrue_reservation(session, job, now, tier_tflops(session, job.reserved_tier_id))
-        events.append(
-            event_row(
-                job_id,
-                now,
-                EventKind.RELEASED,
-                detail={
-                    "reason": ReleaseReason.R3.value,
-                    "held": True,
-                    "node": job.reserved_node_name,
-                    "tier": tier_name(session, job.reserved_tier_id),
-                    "gpus": job.reserved_gpus,
-                    "since": job.reservation_since.isoformat() if job.reservation_since else None,
-                },
-            )
-        )
+        events.append(release_queued_reservation(session, job, now, ReleaseReason.R3, held=True))
     ok = guarded_update(
-        session,
-        job_id,
-        _Q,
-        held=True,
-        waiting=Waiting.HELD.value,
-        reserved_gpus=0,
-        reserved_node_name=None,
-        reserved_tier_id=None,
-        reservation_since=None,
-        reservation_last_accrued_at=None,
+        session, job_id, _Q, held=True, waiting=Waiting.HELD.value, **NO_RESERVATION
     )
     assert ok  # the row is locked and queued
     events.append(event_row(job_id, now, EventKind.HELD, detail={"by": by}))

@@ -33,24 +33,22 @@ from jpushare.api.schemas.admin import (
     token_public,
     user_public,
 )
-from jpushare.api.schemas.common import INT32_MAX, ErrorPublic, Name
+from jpushare.api.schemas.common import INT32_MAX, Name, error_responses
 from jpushare.unix_accounts import UnknownAccount, resolve_account
 
 router = APIRouter(
     prefix="/v1/admin",
     tags=["admin"],
     dependencies=[Depends(get_admin_user)],
-    responses={
-        401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
-        403: {"model": ErrorPublic, "description": "FORBIDDEN: not an admin"},
-        404: {"model": ErrorPublic, "description": "NOT_FOUND"},
-        409: {"model": ErrorPublic, "description": "CONFLICT: exists already"},
-        422: {
-            "model": ErrorPublic,
-            "description": "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED, "
-            "ROOT_ACCOUNT",
-        },
-    },
+    responses=error_responses(
+        {
+            401: "UNAUTHENTICATED",
+            403: "FORBIDDEN: not an admin",
+            404: "NOT_FOUND",
+            409: "CONFLICT: exists already",
+            422: "VALIDATION_ERROR, UNKNOWN_UNIX_ACCOUNT, ACCOUNT_NOT_SERVED, ROOT_ACCOUNT",
+        }
+    ),
 )
 
 NamePath = Annotated[Name, Path()]

@@ -23,7 +23,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from jpushare.api.deps import ContextDep, CurrentUser
-from jpushare.api.schemas.common import ErrorPublic
+from jpushare.api.schemas.common import error_responses
 from jpushare.executors.backfill_servers import (
     RUNNING,
     backfill_dir,
@@ -36,9 +36,7 @@ from jpushare.policy.watch import BackfillTotals
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
-}
+_ERRORS = error_responses({401: "UNAUTHENTICATED"})
 
 
 class BackfillServerPublic(BaseModel):

@@ -13,7 +13,7 @@ from jpushare.api.metric_figures import placement_counts
 from jpushare.api.privacy import for_viewer
 from jpushare.api.routes.backfill import serving_by_placement
 from jpushare.api.schemas.admin import LabsPublic, TiersPublic, lab_public, tier_public
-from jpushare.api.schemas.common import MAX_QUEUE_LIMIT, ErrorPublic
+from jpushare.api.schemas.common import MAX_QUEUE_LIMIT, SIGNED_IN_ERRORS
 from jpushare.api.schemas.queue import (
     PlacementLoan,
     PlacementPublic,
@@ -29,10 +29,7 @@ from jpushare.store.reservations import held_reservations, lent_runs
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
-    422: {"model": ErrorPublic, "description": "VALIDATION_ERROR"},
-}
+_ERRORS = SIGNED_IN_ERRORS
 
 
 @router.get("/queue", responses=_ERRORS)

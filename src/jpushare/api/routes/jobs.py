@@ -15,7 +15,13 @@ from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.job_attempts import job_attempts
 from jpushare.api.permissions import managed_by, require_manage
 from jpushare.api.privacy import for_viewer
-from jpushare.api.schemas.common import INT64_MAX, MAX_LIST_LIMIT, ErrorPublic, Name
+from jpushare.api.schemas.common import (
+    INT64_MAX,
+    MAX_LIST_LIMIT,
+    SIGNED_IN_ERRORS,
+    Name,
+    error_responses,
+)
 from jpushare.api.schemas.jobs import (
     AttemptsPublic,
     JobCreate,
@@ -53,14 +59,8 @@ _UNTIL = "window end (excluded): a duration back from now or an ISO time; defaul
 
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="the job id")]
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
-    422: {"model": ErrorPublic, "description": "VALIDATION_ERROR"},
-}
-_JOB_ERRORS: dict[int | str, dict[str, object]] = {
-    **_ERRORS,
-    404: {"model": ErrorPublic, "description": "NOT_FOUND"},
-}
+_ERRORS = SIGNED_IN_ERRORS
+_JOB_ERRORS = {**_ERRORS, **error_responses({404: "NOT_FOUND"})}
 
 
 def user_quotas(request: Request) -> UserQuotas:
@@ -75,15 +75,13 @@ def user_quotas(request: Request) -> UserQuotas:
     response_model=JobPublic,
     responses={
         **_ERRORS,
-        422: {
-            "model": ErrorPublic,
-            "description": "VALIDATION_ERROR (e.g. no absolute workdir) or NO_FIT_PLACEMENT",
-        },
-        429: {
-            "model": ErrorPublic,
-            "description": "QUOTA_EXCEEDED: the user's active jobs, or their bytes, are at "
-            "the per-user limit (`details`: limit, maximum, current, adding)",
-        },
+        **error_responses(
+            {
+                422: "VALIDATION_ERROR (e.g. no absolute workdir) or NO_FIT_PLACEMENT",
+                429: "QUOTA_EXCEEDED: the user's active jobs, or their bytes, are at "
+                "the per-user limit (`details`: limit, maximum, current, adding)",
+            }
+        ),
     },
 )
 async def submit_job(
@@ -227,8 +225,7 @@ def job_attempts_route(job_id: JobIdPath, session: SessionDep, user: CurrentUser
     "/{job_id}/cancel",
     responses={
         **_JOB_ERRORS,
-        403: {"model": ErrorPublic, "description": "FORBIDDEN"},
-        409: {"model": ErrorPublic, "description": "CONFLICT: the job has ended"},
+        **error_responses({403: "FORBIDDEN", 409: "CONFLICT: the job has ended"}),
     },
 )
 def cancel_job(
@@ -252,10 +249,9 @@ def cancel_job(
     return public.model_copy(update={"charge_provisional": done.provisional})
 
 
-_MANAGE_ERRORS: dict[int | str, dict[str, object]] = {
+_MANAGE_ERRORS = {
     **_JOB_ERRORS,
-    403: {"model": ErrorPublic, "description": "FORBIDDEN"},
-    409: {"model": ErrorPublic, "description": "CONFLICT: the job has left the queue"},
+    **error_responses({403: "FORBIDDEN", 409: "CONFLICT: the job has left the queue"}),
 }
 
 
@@ -321,8 +317,7 @@ def why(job_id: JobIdPath, session: SessionDep, user: CurrentUser, ctx: ContextD
     "/{job_id}/log",
     responses={
         **_JOB_ERRORS,
-        403: {"model": ErrorPublic, "description": "FORBIDDEN"},
-        503: {"model": ErrorPublic, "description": "UNAVAILABLE: no executor here"},
+        **error_responses({403: "FORBIDDEN", 503: "UNAVAILABLE: no executor here"}),
     },
 )
 def job_log(

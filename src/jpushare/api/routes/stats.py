@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from jpushare.api.deps import ContextDep, CurrentUser, SessionDep
 from jpushare.api.errors import ApiError, ErrorCode
 from jpushare.api.routes.backfill import keeper_dir, keeper_totals
-from jpushare.api.schemas.common import ErrorPublic
+from jpushare.api.schemas.common import SIGNED_IN_ERRORS
 from jpushare.api.schemas.health import WatchBackfillPublic, WatchPublic
 from jpushare.api.time_window import parse_when
 from jpushare.policy.watch import backfill_split, watch_figures
@@ -20,10 +20,7 @@ from jpushare.store.watch_records import load_watch_records
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorPublic, "description": "UNAUTHENTICATED"},
-    422: {"model": ErrorPublic, "description": "VALIDATION_ERROR"},
-}
+_ERRORS = SIGNED_IN_ERRORS
 
 DEFAULT_SINCE = "7d"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -181,14 +181,7 @@ def lab_public(lab: LabRecord, counts: dict[str, int] | None = None) -> LabPubli
 
 
 def tier_public(t: TierRecord) -> TierPublic:
-    return TierPublic(
-        name=t.name,
-        tflops=t.tflops,
-        sort_order=t.sort_order,
-        max_gpus=t.max_gpus,
-        auto_assign=t.auto_assign,
-        partition=t.partition,
-    )
+    return TierPublic.model_validate(t, from_attributes=True)  # the same names
 
 
 def node_public(n: NodeRecord) -> NodePublic:
@@ -217,6 +210,4 @@ def user_public(u: UserRecord) -> UserPublic:
 
 
 def token_public(t: TokenRecord) -> TokenPublic:
-    return TokenPublic(
-        id=t.id, user_id=t.user_id, label=t.label, created_at=t.created_at, revoked_at=t.revoked_at
-    )
+    return TokenPublic.model_validate(t, from_attributes=True)  # the same names

@@ -10,6 +10,7 @@ still a valid float).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -81,3 +82,15 @@ class ErrorPublic(BaseModel):
     """Every error response: `{"error": {"code", "message", "details"}}`."""
 
     error: ErrorBody
+
+
+Responses = dict[int | str, dict[str, object]]
+
+
+def error_responses(descriptions: Mapping[int, str]) -> Responses:
+    """A route's OpenAPI `responses`: each status code an `ErrorPublic` with its description."""
+    return {code: {"model": ErrorPublic, "description": d} for code, d in descriptions.items()}
+
+
+# What every route that needs a signed-in user may answer.
+SIGNED_IN_ERRORS = error_responses({401: "UNAUTHENTICATED", 422: "VALIDATION_ERROR"})
