@@ -87,9 +87,11 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from jpushare.policy.options import (
     RESERVED_GPUS,
@@ -112,6 +114,19 @@ _LIMIT_BOUND = 2**62  # the most a limit setting takes (an int64 column or rlimi
 
 class ConfigError(ValueError):
     """A setting has a value the service cannot use; the message names it."""
+
+
+def env_number(e: Mapping[str, str], name: str, default: float, least: float, most: float) -> float:
+    """Setting `name` of `e` as a number from `least` to `most`; `default` when unset.
+    The one reading of such settings (here and in `jpushare.notify.settings`)."""
+    text = e.get(name, "").strip()
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, not {text!r}") from None
+    if not least <= value <= most:  # also refuses NaN
+        raise ConfigError(f"{name} must be between {least:g} and {most:g}, not {text}")
+    return value
 
 
 # --- What one client may hold of an API process (service.http_server) ---
@@ -301,14 +316,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"JPUSHARE_SLURM_PREFIX must be a letter then up to 31 letters, digits or _, "
             f"not {prefix!r}"
         )
-    raw_placement = e.get("JPUSHARE_PLACEMENT", "").strip() or PlacementOrder.PACK.value
-    try:
-        placement = parse_placement_order(raw_placement)
-    except ValueError:
-        raise ConfigError(
-            f"JPUSHARE_PLACEMENT must be one of {', '.join(PLACEMENT_ORDERS)}, "
-            f"not {raw_placement!r}"
-        ) from None
+    placement = _choice(
+        e, "JPUSHARE_PLACEMENT", PlacementOrder.PACK.value, parse_placement_order, PLACEMENT_ORDERS
+    )
     raw_policy = e.get("JPUSHARE_POLICY", "").strip() or DEFAULT_POLICY
     policy = raw_policy.lower()
     if policy not in POLICIES:
@@ -352,31 +362,36 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ),
         connections=load_connection_settings(e),
         user_quotas=load_user_quotas(e),
-        top_job=_top_job(e),
-        reserved_gpus=_reserved_gpus(e),
+        # which job R2/R3 refer to (SPEC decision 7)
+        top_job=_choice(e, "JPUSHARE_TOP_JOB", TopJob.FIRST_WAITING.value, parse_top_job, TOP_JOBS),
+        # R4 (`llm-only`) or the lending option
+        reserved_gpus=_choice(
+            e,
+            "JPUSHARE_RESERVED_GPUS",
+            ReservedGpus.LLM_ONLY.value,
+            parse_reserved_gpus,
+            RESERVED_GPUS,
+        ),
     )
 
 
-def _top_job(e: Mapping[str, str]) -> TopJob:
-    """JPUSHARE_TOP_JOB: which job R2/R3 refer to (SPEC decision 7); default first-waiting."""
-    raw = e.get("JPUSHARE_TOP_JOB", "").strip() or TopJob.FIRST_WAITING.value
-    try:
-        return parse_top_job(raw)
-    except ValueError:
-        raise ConfigError(
-            f"JPUSHARE_TOP_JOB must be one of {', '.join(TOP_JOBS)}, not {raw!r}"
-        ) from None
+_Choice = TypeVar("_Choice")
 
 
-def _reserved_gpus(e: Mapping[str, str]) -> ReservedGpus:
-    """JPUSHARE_RESERVED_GPUS: R4 (`llm-only`, the default) or the lending option."""
-    raw = e.get("JPUSHARE_RESERVED_GPUS", "").strip() or ReservedGpus.LLM_ONLY.value
+def _choice(
+    e: Mapping[str, str],
+    name: str,
+    default: str,
+    parse: Callable[[str], _Choice],
+    choices: Iterable[str],
+) -> _Choice:
+    """Setting `name`: one of `choices`, read by `parse` (which raises ValueError); `default`
+    when unset."""
+    raw = e.get(name, "").strip() or default
     try:
-        return parse_reserved_gpus(raw)
+        return parse(raw)
     except ValueError:
-        raise ConfigError(
-            f"JPUSHARE_RESERVED_GPUS must be one of {', '.join(RESERVED_GPUS)}, not {raw!r}"
-        ) from None
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {raw!r}") from None
 
 
 def _limit(e: Mapping[str, str], name: str, default: int, least: int, unit: str = "") -> int | None:
@@ -459,16 +474,7 @@ def load_backfill_settings(env: Mapping[str, str] | None = None) -> BackfillSett
             f"(write {{{{ and }}}} for braces): {exc!r}"
         ) from None
 
-    def number(name: str, default: float, least: float, most: float) -> float:
-        text = e.get(name, "").strip()
-        try:
-            value = float(text) if text else default
-        except ValueError:
-            raise ConfigError(f"{name} must be a number, not {text!r}") from None
-        if not least <= value <= most:  # also refuses NaN
-            raise ConfigError(f"{name} must be between {least:g} and {most:g}, not {text}")
-        return value
-
+    number = partial(env_number, e)
     group = number("JPUSHARE_BACKFILL_GPUS_PER_SERVER", 1, 1, 64)
     port = number("JPUSHARE_BACKFILL_PORT_BASE", 8100, 1024, 65000)
     if group != int(group) or port != int(port):

@@ -170,6 +170,18 @@ class Client:
             }
         return printable(answer)
 
+    def _object(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> JSON:
+        """`_call` typed for what every endpoint but /metrics answers: a JSON object."""
+        result: JSON = self._call(method, path, json=json, params=params)
+        return result
+
     def _answer(self, method: str, path: str, json: Any, params: Mapping[str, Any]) -> Any:
         try:
             response = self._http.request(method, path, json=json, params=params)
@@ -236,8 +248,7 @@ class Client:
             "mail_user": mail_user,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
-        result: JSON = self._call("POST", "/v1/jobs", json=body)
-        return result
+        return self._object("POST", "/v1/jobs", json=body)
 
     def jobs(
         self,
@@ -265,32 +276,25 @@ class Client:
             "since": since,
             "until": until,
         }
-        result: JSON = self._call("GET", "/v1/jobs", params=params)
-        return result
+        return self._object("GET", "/v1/jobs", params=params)
 
     def job(self, job_id: int) -> JSON:
-        result: JSON = self._call("GET", f"/v1/jobs/{job_id}")
-        return result
+        return self._object("GET", f"/v1/jobs/{job_id}")
 
     def attempts(self, job_id: int) -> JSON:
-        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/attempts")
-        return result
+        return self._object("GET", f"/v1/jobs/{job_id}/attempts")
 
     def cancel(self, job_id: int) -> JSON:
-        result: JSON = self._call("POST", f"/v1/jobs/{job_id}/cancel")
-        return result
+        return self._object("POST", f"/v1/jobs/{job_id}/cancel")
 
     def hold(self, job_id: int) -> JSON:
-        result: JSON = self._call("POST", f"/v1/jobs/{job_id}/hold")
-        return result
+        return self._object("POST", f"/v1/jobs/{job_id}/hold")
 
     def release(self, job_id: int) -> JSON:
-        result: JSON = self._call("POST", f"/v1/jobs/{job_id}/release")
-        return result
+        return self._object("POST", f"/v1/jobs/{job_id}/release")
 
     def update(self, job_id: int, changes: JSON) -> JSON:
-        result: JSON = self._call("PATCH", f"/v1/jobs/{job_id}", json=changes)
-        return result
+        return self._object("PATCH", f"/v1/jobs/{job_id}", json=changes)
 
     def array_tasks(self, array_job_id: int) -> list[JSON]:
         """Every task of the array (an array has at most 1000: one page)."""
@@ -299,8 +303,7 @@ class Client:
         return data
 
     def why(self, job_id: int) -> JSON:
-        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/why")
-        return result
+        return self._object("GET", f"/v1/jobs/{job_id}/why")
 
     def log(
         self, job_id: int, attempt: int | None = None, *, stderr: bool = False, offset: int = 0
@@ -310,35 +313,28 @@ class Client:
             params["stderr"] = "true"
         if offset:
             params["offset"] = offset
-        result: JSON = self._call("GET", f"/v1/jobs/{job_id}/log", params=params)
-        return result
+        return self._object("GET", f"/v1/jobs/{job_id}/log", params=params)
 
     # --- the cluster -----------------------------------------------------------------------
 
     def queue(self, *, offset: int | None = None, limit: int | None = None) -> JSON:
-        result: JSON = self._call("GET", "/v1/queue", params={"offset": offset, "limit": limit})
-        return result
+        return self._object("GET", "/v1/queue", params={"offset": offset, "limit": limit})
 
     def placements(self) -> JSON:
-        result: JSON = self._call("GET", "/v1/placements")
-        return result
+        return self._object("GET", "/v1/placements")
 
     def labs(self) -> JSON:
-        result: JSON = self._call("GET", "/v1/labs")
-        return result
+        return self._object("GET", "/v1/labs")
 
     def tiers(self) -> JSON:
-        result: JSON = self._call("GET", "/v1/tiers")
-        return result
+        return self._object("GET", "/v1/tiers")
 
     def watch(self, since: str | None = None) -> JSON:
         """The SPEC §10 watch-list from `since` (a duration like 7d, or an ISO time)."""
-        result: JSON = self._call("GET", "/v1/stats/watch", params={"since": since})
-        return result
+        return self._object("GET", "/v1/stats/watch", params={"since": since})
 
     def healthz(self) -> JSON:
-        result: JSON = self._call("GET", "/healthz")
-        return result
+        return self._object("GET", "/healthz")
 
     def metrics(self) -> str:
         text: str = self._call("GET", "/metrics")
@@ -364,44 +360,35 @@ class Client:
             "auto_assign": auto_assign,
             "partition": partition,
         }
-        result: JSON = self._call("POST", "/v1/admin/tiers", json=body)
-        return result
+        return self._object("POST", "/v1/admin/tiers", json=body)
 
     def update_tier(self, name: str, **fields: Any) -> JSON:
-        result: JSON = self._call("PATCH", f"/v1/admin/tiers/{name}", json=fields)
-        return result
+        return self._object("PATCH", f"/v1/admin/tiers/{name}", json=fields)
 
     def nodes(self) -> JSON:
-        result: JSON = self._call("GET", "/v1/admin/nodes")
-        return result
+        return self._object("GET", "/v1/admin/nodes")
 
     def set_node_gpus(self, node: str, gpus: Mapping[str, int]) -> JSON:
-        result: JSON = self._call("PUT", f"/v1/admin/nodes/{node}/gpus", json={"gpus": gpus})
-        return result
+        return self._object("PUT", f"/v1/admin/nodes/{node}/gpus", json={"gpus": gpus})
 
     def drain_node(self, node: str, reason: str) -> JSON:
-        result: JSON = self._call("POST", f"/v1/admin/nodes/{node}/drain", json={"reason": reason})
-        return result
+        return self._object("POST", f"/v1/admin/nodes/{node}/drain", json={"reason": reason})
 
     def undrain_node(self, node: str) -> JSON:
-        result: JSON = self._call("POST", f"/v1/admin/nodes/{node}/undrain")
-        return result
+        return self._object("POST", f"/v1/admin/nodes/{node}/undrain")
 
     def remove_node(self, node: str) -> JSON:
-        result: JSON = self._call("DELETE", f"/v1/admin/nodes/{node}")
-        return result
+        return self._object("DELETE", f"/v1/admin/nodes/{node}")
 
     def set_gpu_schedulable(self, node: str, tier: str, index: int, schedulable: bool) -> JSON:
-        result: JSON = self._call(
+        return self._object(
             "PUT",
             f"/v1/admin/nodes/{node}/gpus/{tier}/{index}",
             json={"schedulable": schedulable},
         )
-        return result
 
     def create_lab(self, name: str) -> JSON:
-        result: JSON = self._call("POST", "/v1/admin/labs", json={"name": name})
-        return result
+        return self._object("POST", "/v1/admin/labs", json={"name": name})
 
     def create_user(
         self,
@@ -417,21 +404,16 @@ class Client:
             body["unix_user"] = unix_user
         if allow_root:  # an account with uid 0 is refused without it (422 ROOT_ACCOUNT)
             body["allow_root"] = True
-        result: JSON = self._call("POST", "/v1/admin/users", json=body)
-        return result
+        return self._object("POST", "/v1/admin/users", json=body)
 
     def users(self, lab: str | None = None) -> JSON:
-        result: JSON = self._call("GET", "/v1/admin/users", params={"lab": lab})
-        return result
+        return self._object("GET", "/v1/admin/users", params={"lab": lab})
 
     def issue_token(self, user: str, label: str = "") -> JSON:
-        result: JSON = self._call("POST", f"/v1/admin/users/{user}/tokens", json={"label": label})
-        return result
+        return self._object("POST", f"/v1/admin/users/{user}/tokens", json={"label": label})
 
     def tokens(self, user: str) -> JSON:
-        result: JSON = self._call("GET", f"/v1/admin/users/{user}/tokens")
-        return result
+        return self._object("GET", f"/v1/admin/users/{user}/tokens")
 
     def revoke_token(self, token_id: int) -> JSON:
-        result: JSON = self._call("POST", f"/v1/admin/tokens/{token_id}/revoke")
-        return result
+        return self._object("POST", f"/v1/admin/tokens/{token_id}/revoke")

@@ -171,8 +171,9 @@ def timestamp(at: datetime | None) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def duration(seconds: float | None) -> str:
-    """Seconds, short: 45s, 12.5m, 3.2h, 2.1d; '-' when unknown."""
+def duration(seconds: float | None, hour_digits: int = 1) -> str:
+    """Seconds, short: 45s, 12.5m, 3.2h, 2.1d; '-' when unknown. Hours get `hour_digits`
+    decimals (the simulator's report prints 3.25h)."""
     if seconds is None:
         return "-"
     if seconds < 120:
@@ -180,5 +181,5 @@ def duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}m"
     if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
+        return f"{seconds / 3600:.{hour_digits}f}h"
     return f"{seconds / 86400:.1f}d"

@@ -11,9 +11,10 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlsplit
 
-from jpushare.config import ConfigError
+from jpushare.config import ConfigError, env_number
 from jpushare.mail_types import check_mail_address
 
 
@@ -63,15 +64,7 @@ def load_notify_settings(env: Mapping[str, str] | None = None) -> NotifySettings
     def text(name: str) -> str | None:
         return e.get(name, "").strip() or None
 
-    def number(name: str, default: float, least: float, most: float) -> float:
-        raw = e.get(name, "").strip()
-        try:
-            value = float(raw) if raw else default
-        except ValueError:
-            raise ConfigError(f"{name} must be a number, not {raw!r}") from None
-        if not least <= value <= most:  # also refuses NaN
-            raise ConfigError(f"{name} must be between {least:g} and {most:g}, not {raw}")
-        return value
+    number = partial(env_number, e)
 
     def whole(name: str, default: int, least: int, most: int) -> int:
         value = number(name, default, least, most)

@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,6 +38,9 @@ from jpushare.store.health import (
     add_health_counts,
 )
 from jpushare.store.times import utc_now
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +131,16 @@ class CountingExecutor:
         except Exception:
             log.exception("counting a failed executor call failed")
 
-    def inventory(self) -> list[GpuGroup]:
+    def _counted(self, call: str, run: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`run(*args, **kwargs)`, a failure of it counted as `call` (then re-raised)."""
         try:
-            return self.inner.inventory()
+            return run(*args, **kwargs)
         except Exception:
-            self._failed("inventory")
+            self._failed(call)
             raise
+
+    def inventory(self) -> list[GpuGroup]:
+        return self._counted("inventory", self.inner.inventory)
 
     def submit(self, spec: LaunchSpec) -> str:
         try:
@@ -144,25 +152,13 @@ class CountingExecutor:
             raise
 
     def runs(self) -> list[RunInfo]:
-        try:
-            return self.inner.runs()
-        except Exception:
-            self._failed("runs")
-            raise
+        return self._counted("runs", self.inner.runs)
 
     def find(self, job_id: str, attempt: int) -> RunInfo | None:
-        try:
-            return self.inner.find(job_id, attempt)
-        except Exception:
-            self._failed("find")
-            raise
+        return self._counted("find", self.inner.find, job_id, attempt)
 
     def cancel(self, executor_id: str) -> None:
-        try:
-            self.inner.cancel(executor_id)
-        except Exception:
-            self._failed("cancel")
-            raise
+        self._counted("cancel", self.inner.cancel, executor_id)
 
     def log(self, job_id: str, attempt: int) -> str:
         return self.inner.log(job_id, attempt)
@@ -181,11 +177,7 @@ class CountingLostRunsExecutor(CountingExecutor):
         self._resolver = inner
 
     def lost_run(self, job_id: str, attempt: int, executor_id: str) -> RunInfo:
-        try:
-            return self._resolver.lost_run(job_id, attempt, executor_id)
-        except Exception:
-            self._failed("lost_run")
-            raise
+        return self._counted("lost_run", self._resolver.lost_run, job_id, attempt, executor_id)
 
 
 def counting(executor: Executor, on_failure: Callable[[str], None]) -> CountingExecutor:

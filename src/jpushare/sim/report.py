@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jpushare.client.formatting import duration
 from jpushare.policy.watch import (
     FAILED_REASONS,
     BackfillSplit,
@@ -280,16 +281,8 @@ def write_outputs(result: SimResult, out_dir: Path) -> dict[str, Any]:
 
 
 def fmt_duration(s: float | None) -> str:
-    """Seconds for a person: 45s, 12.5m, 3.25h, 2.1d."""
-    if s is None:
-        return "-"
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    if s < 172800:
-        return f"{s / 3600:.2f}h"
-    return f"{s / 86400:.1f}d"
+    """Seconds for a person: 45s, 12.5m, 3.25h, 2.1d (the CLI's, with hours to 0.01)."""
+    return duration(s, hour_digits=2)
 
 
 def _pct(x: float) -> str:

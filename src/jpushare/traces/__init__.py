@@ -26,10 +26,12 @@ import csv
 import io
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
 
 TRACE_HEADER: tuple[str, ...] = (
     "job_id",
@@ -190,6 +192,43 @@ def place_in_window(
     return None
 
 
+@dataclass(slots=True)
+class TraceWindow:
+    """A loader's window step, shared so that every loader windows alike: `place` puts one
+    raw job on the window (counting a drop), `finish` rebases the kept rows."""
+
+    report: LoadReport
+    start: int | None
+    carry_over: bool
+
+    def place(self, submit: int, duration: int, before: str) -> tuple[int, int] | None:
+        """`place_in_window`; None (counted as `before`, the drop reason) to drop the job."""
+        placed = place_in_window(submit, duration, self.start, self.carry_over)
+        if placed is None:
+            self.report.drop(before + (", ended before it" if self.carry_over else ""))
+        return placed
+
+    def finish(self, rows: Sequence[TraceRow]) -> tuple[list[TraceRow], LoadReport]:
+        """The kept rows rebased (t = 0: the window start if carrying over), and the report."""
+        self.report.kept = len(rows)
+        return rebase(rows, self.start if self.carry_over else None), self.report
+
+
+def csv_records(lines: Iterable[str], columns: Iterable[str], what: str) -> csv.DictReader[str]:
+    """A CSV reader on `lines`, whose header must hold `columns` (else ValueError: not `what`)."""
+    reader = csv.DictReader(lines)
+    missing = set(columns) - set(reader.fieldnames or ())
+    if missing:
+        raise ValueError(f"not {what}: missing columns {sorted(missing)}")
+    return reader
+
+
+def read_csv_file(path: str | Path, parse: Callable[[Iterable[str]], T]) -> T:
+    """`parse` on the lines of the CSV file at `path`."""
+    with Path(path).open(encoding="utf-8", newline="") as stream:
+        return parse(stream)
+
+
 def offered_load(
     rows: Iterable[TraceRow], gpus: int, *, span: int | None = None, clip: bool = False
 ) -> float:
@@ -249,11 +288,14 @@ __all__ = [
     "TRACE_HEADER",
     "LoadReport",
     "TraceRow",
+    "TraceWindow",
+    "csv_records",
     "format_trace",
     "hour_time_limit",
     "offered_load",
     "parse_window",
     "place_in_window",
+    "read_csv_file",
     "rebase",
     "select_last_window",
     "window_start",

@@ -57,7 +57,6 @@ then memory (V100M32 above V100M16), then name.
 
 from __future__ import annotations
 
-import csv
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -68,9 +67,10 @@ from jpushare.traces import (
     MAX_GPUS_PER_JOB,
     LoadReport,
     TraceRow,
+    TraceWindow,
+    csv_records,
     hour_time_limit,
-    place_in_window,
-    rebase,
+    read_csv_file,
     window_start,
 )
 
@@ -154,10 +154,7 @@ def _opt_int(text: str | None) -> int | None:
 
 def parse_alibaba_pods(lines: Iterable[str]) -> list[AlibabaPod]:
     """Parse the raw pod CSV text (header included)."""
-    reader = csv.DictReader(lines)
-    missing = set(ALIBABA_POD_COLUMNS) - set(reader.fieldnames or ())
-    if missing:
-        raise ValueError(f"not an Alibaba openb pod list: missing columns {sorted(missing)}")
+    reader = csv_records(lines, ALIBABA_POD_COLUMNS, "an Alibaba openb pod list")
     pods: list[AlibabaPod] = []
     for record in reader:
         spec = record["gpu_spec"].strip()
@@ -179,8 +176,7 @@ def parse_alibaba_pods(lines: Iterable[str]) -> list[AlibabaPod]:
 
 def read_alibaba_pods(path: str | Path) -> list[AlibabaPod]:
     """`parse_alibaba_pods` on a file."""
-    with Path(path).open(encoding="utf-8", newline="") as stream:
-        return parse_alibaba_pods(stream)
+    return read_csv_file(path, parse_alibaba_pods)
 
 
 def spec_to_min_tier(spec: str) -> str | None:
@@ -210,20 +206,21 @@ def convert_alibaba(
     """Pods -> trace rows (rebased to start at 0) and the counts of what was done."""
     opts = options or AlibabaOptions()
     report = LoadReport(source="alibaba")
-    start = window_start((p.creation_time for p in pods), opts.window_s)
+    window = TraceWindow(
+        report, window_start((p.creation_time for p in pods), opts.window_s), opts.carry_over
+    )
     rows: list[TraceRow] = []
     for pod in pods:
         report.read += 1
         if pod.scheduled_time is None or pod.deletion_time is None:
             report.drop("Pending (never scheduled, no times)")
             continue
-        placed = place_in_window(
-            pod.creation_time, pod.deletion_time - pod.scheduled_time, start, opts.carry_over
+        placed = window.place(
+            pod.creation_time,
+            pod.deletion_time - pod.scheduled_time,
+            "created before the window",
         )
         if placed is None:
-            report.drop(
-                "created before the window" + (", ended before it" if opts.carry_over else "")
-            )
             continue
         submit, duration = placed
         if pod.num_gpu < 1:
@@ -261,8 +258,7 @@ def convert_alibaba(
                 time_limit=hour_time_limit(duration) if opts.time_limit == "hour" else None,
             )
         )
-    report.kept = len(rows)
-    return rebase(rows, start if opts.carry_over else None), report
+    return window.finish(rows)
 
 
 def load_alibaba(

@@ -48,7 +48,6 @@ Decisions (each one is counted in the `LoadReport` and printed by `jpushare trac
 
 from __future__ import annotations
 
-import csv
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -60,9 +59,10 @@ from jpushare.traces import (
     MAX_GPUS_PER_JOB,
     LoadReport,
     TraceRow,
+    TraceWindow,
+    csv_records,
     hour_time_limit,
-    place_in_window,
-    rebase,
+    read_csv_file,
     window_start,
 )
 
@@ -113,10 +113,7 @@ class PhillyOptions:
 
 def parse_philly(lines: Iterable[str]) -> list[PhillyJob]:
     """Parse the raw CSV text (header included) into jobs with absolute submit times."""
-    reader = csv.DictReader(lines)
-    missing = set(PHILLY_COLUMNS) - set(reader.fieldnames or ())
-    if missing:
-        raise ValueError(f"not a Philly DIR-LAB trace: missing columns {sorted(missing)}")
+    reader = csv_records(lines, PHILLY_COLUMNS, "a Philly DIR-LAB trace")
     jobs: list[PhillyJob] = []
     clock = 0
     for record in reader:
@@ -137,8 +134,7 @@ def parse_philly(lines: Iterable[str]) -> list[PhillyJob]:
 
 def read_philly(path: str | Path) -> list[PhillyJob]:
     """`parse_philly` on a file."""
-    with Path(path).open(encoding="utf-8", newline="") as stream:
-        return parse_philly(stream)
+    return read_csv_file(path, parse_philly)
 
 
 def _user_sort_key(user: str) -> tuple[int, int | str]:
@@ -174,15 +170,14 @@ def convert_philly(
     opts = options or PhillyOptions()
     report = LoadReport(source="philly")
     labs = philly_labs(jobs, opts.top_users, opts.other_labs)
-    start = window_start((job.submit_time for job in jobs), opts.window_s)
+    window = TraceWindow(
+        report, window_start((job.submit_time for job in jobs), opts.window_s), opts.carry_over
+    )
     rows: list[TraceRow] = []
     for job in jobs:
         report.read += 1
-        placed = place_in_window(job.submit_time, job.run_time, start, opts.carry_over)
+        placed = window.place(job.submit_time, job.run_time, "submitted before the window")
         if placed is None:
-            report.drop(
-                "submitted before the window" + (", ended before it" if opts.carry_over else "")
-            )
             continue
         submit, duration = placed
         if job.run_time <= 0:
@@ -224,8 +219,7 @@ def convert_philly(
                 time_limit=limit,
             )
         )
-    report.kept = len(rows)
-    return rebase(rows, start if opts.carry_over else None), report
+    return window.finish(rows)
 
 
 def load_philly(
