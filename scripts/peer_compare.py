@@ -13,7 +13,7 @@ Steps (run them in this order; each reads what the earlier ones wrote under --ou
 - `slurm-again`: the same into OUT/slurm-2 (how far Slurm agrees with itself);
 - `jpushare`: `jpushare serve` with the Slurm executor on that same peer (a fresh SQLite
   database, the product's 5 s cycle in trace time, i.e. 1 s at --speed 5, SPEC decision 7,
-  port 8765) driven by `jpushare replay --speed 5`, which sends each job's time limit as
+  port 8765 or --port) driven by `jpushare replay --speed 5`, which sends each job's time limit as
   Slurm gets it; ~70 min at --speed 5 (a Slurm second is then one cycle);
 - `jpushare-again`: the same into OUT/jpushare-2; `jpushare-first-queued[-again]`: with
   JPUSHARE_TOP_JOB=first-queued (the literal reading) into OUT/jpushare-first-queued[-2];
@@ -312,7 +312,7 @@ def render(out: Path, speed: float) -> str:
     slurm = out / "slurm" / "jobs.csv"
     if slurm.exists():
         ref = read_jobs_csv(slurm)
-        # one service cycle (60 trace s) plus one Slurm second (60 trace s at --speed 60)
+        # one Slurm second (`speed` trace s) plus one service cycle (5 trace s at --speed 5)
         pairs = [
             (label, agreement(ref, read_jobs_csv(d / "jobs.csv"), 2 * speed))
             for label, d in runs
@@ -374,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--cycle", type=float, default=5.0, help="JPU-Share's cycle, trace seconds")
     p.add_argument(
+        "--port",
+        type=int,
+        default=8765,
+        help="the port of a JPU-Share step's service (another, for two JPU-Share steps at once)",
+    )
+    p.add_argument(
         "--slurm-conf",
         default=PEER_CONF,
         help="the Slurm JPU-Share's steps run on (default the peer); the fake cluster's "
@@ -403,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.out,
                 args.speed,
                 name,
+                args.port,
                 cycle_s=args.cycle,
                 top_job="first-queued" if variant == "-first-queued" else "first-waiting",
                 reserved_gpus="lend-by-limit" if variant == "-lend" else "llm-only",
