@@ -65,6 +65,12 @@ def _running(k: SlurmKeeper) -> set[str]:
     return {sid for sid, (_, job) in k.backfill.keeper_jobs().items() if job.state == "RUNNING"}
 
 
+def _gpus_written(k: SlurmKeeper) -> bool:
+    """Every job has written its `$SLURM_JOB_GPUS` (Slurm says RUNNING a moment before)."""
+    files = [k.backfill.gpus_file(slot) for slot, _ in k.backfill.keeper_jobs().values()]
+    return all(f.is_file() and f.read_text().strip() for f in files)
+
+
 def _node_b_free(ex: SlurmExecutor) -> bool:
     (g,) = [g for g in ex.inventory() if (g.node, g.gpu_type) == PLACE]
     return g.used == 0 and g.backfill == 0
@@ -79,6 +85,7 @@ def test_the_keeper_fills_yields_adopts_and_cancels_extras(executor: SlurmExecut
     first = keeper.tick()
     assert len(first.submitted) == 4
     wait_for(lambda: _running(keeper) == set(first.submitted), WAIT_S, 0.2, "4 running")
+    wait_for(lambda: _gpus_written(keeper), WAIT_S, 0.2, "4 GPU lists written")
     clock.t += 10
     report = keeper.tick()
     assert set(report.running) == set(first.submitted) and not report.submitted
