@@ -12,7 +12,8 @@ other processes took), cycles run, and the mean queue length the policy saw per 
 policies' cost per cycle grows with it). Asserts nothing.
 
 Run: `.venv/bin/python bench/bench_sim.py` (`--trace philly|alibaba`, `--policy NAME`,
-`--placement pack|spread`, each repeatable; `--repeat N` keeps the fastest of N runs).
+`--placement pack|spread`, each repeatable; `--repeat N` keeps the fastest of N runs;
+`--top-job first-queued` reads SPEC decision 7 the old way, to compare like with like).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from jpushare.formats.cluster_file import ClusterSpec, load_cluster
 from jpushare.formats.trace_file import TraceJob, load_trace
 from jpushare.policy.model import Decisions, Snapshot
+from jpushare.policy.options import TopJob
 from jpushare.policy.order import PLACEMENT_ORDERS
 from jpushare.policy.peers import POLICIES
 from jpushare.sim.engine import simulate
@@ -60,13 +62,18 @@ def load_case(case: Case, tmp: Path) -> tuple[ClusterSpec, list[TraceJob]]:
 
 
 def run(
-    cluster: ClusterSpec, jobs: list[TraceJob], policy: str, placement: str, repeat: int
+    cluster: ClusterSpec,
+    jobs: list[TraceJob],
+    policy: str,
+    placement: str,
+    repeat: int,
+    top_job: TopJob = TopJob.FIRST_WAITING,
 ) -> tuple[float, float, int]:
     """(wall s, CPU s, cycles run): the fastest of `repeat` replays."""
     best: tuple[float, float, int] | None = None
     for _ in range(repeat):
         w0, c0 = time.perf_counter(), time.process_time()
-        result = simulate(cluster, jobs, policy, 5.0, placement=placement)
+        result = simulate(cluster, jobs, policy, 5.0, placement=placement, top_job=top_job)
         got = (time.perf_counter() - w0, time.process_time() - c0, result.cycles_run)
         if best is None or got[1] < best[1]:
             best = got
@@ -74,13 +81,19 @@ def run(
     return best
 
 
-def mean_queue(cluster: ClusterSpec, jobs: list[TraceJob], policy: str, placement: str) -> float:
+def mean_queue(
+    cluster: ClusterSpec,
+    jobs: list[TraceJob],
+    policy: str,
+    placement: str,
+    top_job: TopJob = TopJob.FIRST_WAITING,
+) -> float:
     lengths: list[int] = []
 
     def observe(snapshot: Snapshot, decisions: Decisions) -> None:
         lengths.append(len(snapshot.queue))
 
-    simulate(cluster, jobs, policy, 5.0, placement=placement, observer=observe)
+    simulate(cluster, jobs, policy, 5.0, placement=placement, observer=observe, top_job=top_job)
     return sum(lengths) / max(1, len(lengths))
 
 
@@ -90,6 +103,7 @@ def main() -> None:
     ap.add_argument("--policy", action="append", choices=list(POLICIES))
     ap.add_argument("--placement", action="append", choices=PLACEMENT_ORDERS)
     ap.add_argument("--repeat", type=int, default=1, help="keep the fastest of N replays")
+    ap.add_argument("--top-job", choices=[t.value for t in TopJob], default=TopJob.FIRST_WAITING)
     args = ap.parse_args()
     header = (
         f"| {'trace':<7} | {'policy':<11} | {'placement':<9} | {'jobs':>6} | {'cycles':>6} "
@@ -103,8 +117,9 @@ def main() -> None:
             cluster, jobs = load_case(CASES[name], Path(tmp))
             for policy in args.policy or list(POLICIES):
                 for placement in args.placement or list(PLACEMENT_ORDERS):
-                    wall, cpu, cycles = run(cluster, jobs, policy, placement, args.repeat)
-                    queue = mean_queue(cluster, jobs, policy, placement)
+                    top_job = TopJob(args.top_job)
+                    wall, cpu, cycles = run(cluster, jobs, policy, placement, args.repeat, top_job)
+                    queue = mean_queue(cluster, jobs, policy, placement, top_job)
                     mark = "" if len(jobs) / cpu >= TARGET_JOBS_PER_S else " *"
                     print(
                         f"| {name:<7} | {policy:<11} | {placement:<9} | {len(jobs):>6} "

