@@ -347,7 +347,7 @@ def decide(
                 index.add(rkey, -absorb)
                 res = Reservation(res.node, res.tier, total, res.since, now)
                 blocking = (job.job_id, res)
-            # Full, whether it grew now or was already full (e.g. restored by an undo):
+            # Full, whether it grew now or was already full (e.g. once the GPUs it lent are back):
             # SPEC §3 (b) dispatches either way, else the job would hold its GPUs forever.
             if res.gpus >= n and not lent.get(job.job_id):
                 actions.append(Dispatch(job.job_id, res.node, res.tier, n))
